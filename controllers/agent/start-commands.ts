@@ -5,7 +5,7 @@
 // `pgrep …`, `sleep N`); past the timeout the sandbox fails with a reason that says so. The start
 // command's output is the sandbox's log (E2B's logs API). Both run through the runtime's own
 // process launcher, inside the sandbox, so they are as contained as any process a client starts.
-import { stat } from "node:fs/promises";
+import { lstatPinned } from "../runtime/pinned-path.ts";
 import { ProcessHandle } from "../runtime/process/process-handle.ts";
 import type { RuntimeSandbox } from "../runtime/sandbox.ts";
 import type { SandboxLogs } from "./sandbox-logs.ts";
@@ -79,7 +79,7 @@ export class StartCommands {
 
   async #run(id: string, e: Entry, sbx: RuntimeSandbox, spec: StartSpec, timeoutMs: number, adopted: boolean): Promise<void> {
     const user = sbx.resolveUser(spec.user);
-    const cwd = (await stat(sbx.view.toHost(spec.workdir)).then((s) => s.isDirectory(), () => false)) ? spec.workdir : user.home;
+    const cwd = workdirIsDir(sbx, spec.workdir) ? spec.workdir : user.home;
     const env = { PATH: DEFAULT_PATH, HOME: user.home, USER: user.name, LOGNAME: user.name, ...sbx.envVars };
     const spawn = (script: string, tag: string) => {
       const host = sbx.view.command({ cmd: "/bin/bash", args: ["-l", "-c", script], cwd, env, user });
@@ -140,5 +140,19 @@ export class StartCommands {
       if (ev.stream === "pty") return;
       lines[ev.stream].push(decoder[ev.stream].decode(ev.data, { stream: true }));
     });
+  }
+}
+
+/** Whether the template's workdir is a directory, looked at through the pinned path as a
+ * command's cwd is (process/start.ts): a stat of toHost's string would be walked again from the
+ * host's `/`, and a directory the tenant swapped for a link meanwhile would have the start
+ * command's cwd (which it can print) tell whether a host directory exists. A path error (missing,
+ * changed under the walk) is "no"; the sandbox gone or the path leaving it still throws. */
+function workdirIsDir(sbx: RuntimeSandbox, workdir: string): boolean {
+  try {
+    return lstatPinned(sbx.view, workdir)?.isDirectory() ?? false;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code) return false;
+    throw err;
   }
 }

@@ -10,7 +10,7 @@ import type { NetworkAuditRecord } from "../../schema/api/network-audit.ts";
 import type { Duplex } from "node:stream";
 import type { EgressPolicy } from "../../schema/protocol/egress.ts";
 import type { ObservedCondition } from "../../schema/protocol/observation.ts";
-import type { SandboxView, SpawnRequest } from "../runtime/sandbox-view.ts";
+import { SandboxGoneError, type SandboxView, type SpawnRequest } from "../runtime/sandbox-view.ts";
 
 /** How strongly a driver separates sandboxes from the host and from each other, strongest first. */
 export type IsolationLevel = "kubernetes" | "bwrap+cgroup" | "bwrap" | "process";
@@ -250,8 +250,9 @@ export class UnsupportedError extends TerminalError {
   }
 }
 
-/** Transient where ensure meets it (a pod not up yet): only a TerminalError is final. */
-export class SandboxNotFoundError extends Error {
+/** Transient where ensure meets it (a pod not up yet): only a TerminalError is final. A
+ * SandboxGoneError, so the runtime answers a view's "not running" as e2b's dead sandbox. */
+export class SandboxNotFoundError extends SandboxGoneError {
   readonly sandboxId: string;
   constructor(sandboxId: string, detail = "not found") {
     super(`sandbox ${sandboxId}: ${detail}`);

@@ -1,7 +1,7 @@
 // One place that turns a filesystem failure into the Connect code the SDK maps: a missing path is
 // not_found (FileNotFoundError), a client mistake is never internal.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { PathOutsideSandboxError } from "./sandbox-view.ts";
+import { PathOutsideSandboxError, SandboxGoneError } from "./sandbox-view.ts";
 import { PermissionDeniedError } from "./user-access.ts";
 
 const CODES: Record<string, Code> = {
@@ -23,6 +23,7 @@ const CODES: Record<string, Code> = {
 export function fsError(err: unknown, sandboxPath: string, action = "access"): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof PathOutsideSandboxError) return new ConnectError(err.message, Code.PermissionDenied);
+  if (err instanceof SandboxGoneError) return new ConnectError(err.message, Code.Unavailable);
   if (err instanceof PermissionDeniedError) return new ConnectError(`cannot ${action} '${sandboxPath}': permission denied`, Code.PermissionDenied);
   const code = (err as NodeJS.ErrnoException).code ?? "";
   if (code === "ENOENT") return new ConnectError(`path '${sandboxPath}' does not exist`, Code.NotFound);

@@ -15,7 +15,7 @@ import { DEFAULT_CSI_SOCKET, postStorageMount } from "./http/storage-mounts.ts";
 import { ParkedStates } from "./parked-state.ts";
 import { rpcSpanName } from "./rpc-names.ts";
 import { RuntimeSandbox, type SandboxOptions } from "./sandbox.ts";
-import type { SandboxView } from "./sandbox-view.ts";
+import { SandboxGoneError, type SandboxView } from "./sandbox-view.ts";
 
 export interface RuntimeOptions {
   /** Serve this sandbox for every request (standalone or pod mode): requests naming no sandbox,
@@ -73,6 +73,13 @@ const CORS = {
 
 /** A handler loaded on its first request: /files pulls in streams, zlib, the multipart reader and
  * the directory code, which a cold start (exec → first /health) need not load. */
+/** envd's answer for a dead, unknown or paused sandbox (e2b-protocol.md): the SDK's isRunning()
+ * reads it as false, and a request's error as "the sandbox was killed or timed out". */
+function sendGone(req: IncomingMessage, res: ServerResponse): void {
+  const id = req.headers["e2b-sandbox-id"];
+  sendJson(res, 502, { sandboxId: typeof id === "string" ? id : "", message: "The sandbox was not found", code: 502 });
+}
+
 function lazy(load: () => Promise<HttpHandler>): HttpHandler {
   let handler: Promise<HttpHandler> | undefined;
   return async (req, res, sbx, url) => (await (handler ??= load()))(req, res, sbx, url);
@@ -140,10 +147,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
       const q = url.searchParams;
       return sendError(res, 401, fileSignatureRefusal(q.get("signature"), q.get("signature_expiration"), Math.floor(Date.now() / 1000)) ?? "invalid signature");
     }
-    if (!sbx) {
-      const id = req.headers["e2b-sandbox-id"];
-      return sendJson(res, 502, { sandboxId: typeof id === "string" ? id : "", message: "The sandbox was not found", code: 502 });
-    }
+    if (!sbx) return sendGone(req, res);
     sbx.requests.add(req);
     res.once("close", () => sbx.requests.delete(req));
 
@@ -170,6 +174,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
   const handler = (req: IncomingMessage, res: ServerResponse) => {
     serve(req, res).catch((err: unknown) => {
       if (err instanceof HttpError) return sendError(res, err.status, err.message, err.close);
+      if (err instanceof SandboxGoneError && !res.headersSent) return sendGone(req, res);
       onError(err);
       sendError(res, 500, (err as Error)?.message ?? String(err));
     });
@@ -184,7 +189,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     if (req.method === "OPTIONS") return void res.writeHead(204).end();
     const id = req.headers["e2b-sandbox-id"];
     const sbx = (typeof id === "string" ? sandboxes.get(id) : undefined) ?? single;
-    if (!sbx) return sendJson(res, 502, { sandboxId: typeof id === "string" ? id : "", message: "The sandbox was not found", code: 502 });
+    if (!sbx) return sendGone(req, res);
     sbx.requests.add(req);
     res.once("close", () => sbx.requests.delete(req));
     const m = await (interpreterModule ??= import("./interpreter/server.ts"));
@@ -202,6 +207,7 @@ export function createRuntime(opts: RuntimeOptions = {}): Runtime {
     interpreter: (req, res) => {
       serveInterpreter(req, res).catch((err: unknown) => {
         if (err instanceof HttpError) return sendError(res, err.status, err.message, err.close);
+        if (err instanceof SandboxGoneError && !res.headersSent) return sendGone(req, res);
         onError(err);
         sendError(res, 500, (err as Error)?.message ?? String(err));
       });

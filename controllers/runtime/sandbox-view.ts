@@ -59,6 +59,17 @@ export class PathOutsideSandboxError extends Error {
   }
 }
 
+/** Raised by a view's operation when its sandbox no longer runs (the driver's
+ * SandboxNotFoundError is one). The runtime answers it as e2b answers for a dead sandbox: Connect
+ * `unavailable`, HTTP 502, which the SDK turns into its "sandbox was killed or timed out" error,
+ * not an internal error nor a missing path. */
+export class SandboxGoneError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SandboxGoneError";
+  }
+}
+
 /** Resource figures of one sandbox read from its own accounting (a cgroup), not the host's. */
 export interface SandboxUsage {
   /** Bytes charged to the sandbox now. */

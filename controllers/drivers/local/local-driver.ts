@@ -715,7 +715,7 @@ export class LocalDriver implements Driver {
       throw err;
     });
     // A root of its own with its own user namespace: setuid programs (sudo) work there.
-    if (userns && rec.root) await userns.allowSetuid(started.nsInit.pid);
+    if (userns && rec.root) await userns.allowSetuid(started.nsInit);
     const lacked = this.#outdatedClaimed.get(rec.id);
     if (lacked) {
       this.#outdatedClaimed.delete(rec.id);

@@ -13,7 +13,7 @@
 // same process.
 // enter.pl runs as root on the host until its last privilege drop, so its own environment is
 // fixed (host-helpers.ts) and the command's travels apart, as `sandboxEnv` (launcher.ts).
-import { readFileSync } from "node:fs";
+import { closeSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { SANDBOX_ENV_FILE, type ProcessLauncher } from "../../runtime/process/launcher.ts";
@@ -25,7 +25,7 @@ import { helperEnv, PERL, syscallNumbers } from "./host-helpers.ts";
 import { USERS, type Mount } from "./layout.ts";
 import { resolveSandboxPath, sandboxPathOf, type Resolved } from "./path-resolver.ts";
 import { SANDBOX_CAPS } from "./userns.ts";
-import { procStart } from "./holder.ts";
+import { handleIs, openProc } from "./proc-handle.ts";
 import { PID_FILE_ENV, PID_FILE_WANTED } from "./spawner-sandbox-pid.ts";
 import { IDENTITY, idToHost, idToSandbox, type IdMapping } from "./id-map.ts";
 import type { ProcRef } from "./records.ts";
@@ -90,18 +90,17 @@ export class LocalSandboxView implements SandboxView {
   }
 
   /** Where a resolved path lives: a trusted start (a mount's host directory, or the holder's
-   * root for what the table does not cover or keeps read-only) and the rest below it. */
-  #locate(sandboxPath: string, followFinal: boolean): { start: string; rest: string; sandboxPath: string; via?: ProcRef } {
-    let via: ProcRef | undefined;
-    const root = this.#o.namespaces
-      ? () => {
-          via = this.#current().nsInit;
-          return `/proc/${via?.pid}/root`;
-        }
-      : undefined;
+   * root for what the table does not cover or keeps read-only) and the rest below it. `root`
+   * names that root (pin: through a checked handle); default `/proc/<pid 1>/root` by pid. */
+  #locate(sandboxPath: string, followFinal: boolean, root = this.#rootByPid()): { start: string; rest: string; sandboxPath: string } {
     const r = resolveSandboxPath(this.#o.mounts, sandboxPath, followFinal, root);
     if (r.mount.writable || !root) return inMount(r);
-    return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath, via };
+    return { start: root(), rest: r.sandboxPath, sandboxPath: r.sandboxPath };
+  }
+
+  /** pid 1's root by its pid (toHost's strings only; pin goes through a checked handle). */
+  #rootByPid(): (() => string) | undefined {
+    return this.#o.namespaces ? () => `/proc/${this.#current().nsInit?.pid}/root` : undefined;
   }
 
   toHost(sandboxPath: string, opts?: { followFinal?: boolean }): string {
@@ -112,27 +111,40 @@ export class LocalSandboxView implements SandboxView {
   /** The runtime is the host's root here: every file operation goes through this (see
    * pinned-path.ts for why a host path string is not enough). */
   pin(sandboxPath: string, opts?: PinOptions): PinnedPath {
-    let via: ProcRef | undefined;
-    const p = pinResolved(
-      sandboxPath,
-      () => {
-        const l = this.#locate(sandboxPath, opts?.followFinal ?? true);
-        via = l.via;
-        return l;
-      },
-      opts?.create ?? false,
-    );
+    // The sandbox's `/` is pid 1's root, reached through one handle on its /proc directory
+    // checked for the recorded start before anything under it is looked at (proc-handle.ts):
+    // by pid, once pid 1 ended and a host process got its pid, the resolution's lstat/readlink
+    // and the walk would run in the host's `/` (an answer, even an ENOENT, about a host path).
+    let handle: { fd: number; ref: ProcRef } | undefined;
+    const root = this.#o.namespaces
+      ? () => {
+          if (!handle) {
+            const ref = this.#current().nsInit;
+            const fd = ref && openProc(ref);
+            if (!ref || fd === undefined) throw new SandboxNotFoundError(this.#o.id, "not running");
+            handle = { fd, ref };
+          }
+          return `/proc/self/fd/${handle.fd}/root`;
+        }
+      : undefined;
     try {
-      // The walk started at `/proc/<pid 1>/root`, opened by pid: had pid 1 ended since target()
-      // looked and a host process got its pid, that was the host's `/`. Still pid 1 (its start)
-      // now means it was pid 1 at the open too.
-      if (via && procStart(via.pid) !== via.start) throw new SandboxNotFoundError(this.#o.id, "not running");
-      p.kernelFile = kernelFileRefused(p);
+      const p = pinResolved(sandboxPath, () => this.#locate(sandboxPath, opts?.followFinal ?? true, root), opts?.create ?? false);
+      try {
+        p.kernelFile = kernelFileRefused(p);
+      } catch (err) {
+        p.close();
+        throw err;
+      }
+      return p;
     } catch (err) {
-      p.close();
+      // Every lookup under a handle whose process has ended fails: the sandbox stopped meanwhile,
+      // which is what the caller hears, not that a path is missing.
+      if (handle && !handleIs(handle.fd, handle.ref)) throw new SandboxNotFoundError(this.#o.id, "not running");
       throw err;
+    } finally {
+      // What was opened under it (the walk's fds) stays the sandbox's without it.
+      if (handle) closeSync(handle.fd);
     }
-    return p;
   }
 
   toSandbox(hostPath: string): string {

@@ -110,13 +110,13 @@ sub main {
   $| = 1;
   print "$child\n";
   # Requests from the driver until its stdin ends, one a line, each answered "ok" or the reason:
-  #   allow-setuid <holder pid> <setns nr> <mount nr>
+  #   allow-setuid <holder pid>:<its start time> <setns nr> <mount nr>
   # runs allow-setuid.pl in a child forked here (this process is already started, as root in the
   # host's namespaces, as a new perl for that script would be): one perl start fewer per sandbox.
   (my $dir = $0) =~ s{/[^/]*\z}{};
   while (my $line = <STDIN>) {
     my @req = split(' ', $line);
-    if (@req != 4 || $req[0] ne 'allow-setuid' || grep { !/\A\d+\z/ } @req[1 .. 3]) { print "bad request\n"; next; }
+    if (@req != 4 || $req[0] ne 'allow-setuid' || $req[1] !~ /\A\d+:\d+\z/ || grep { !/\A\d+\z/ } @req[2 .. 3]) { print "bad request\n"; next; }
     my $pid = fork();
     if (!defined $pid) { print "fork: $!\n"; next; }
     if ($pid == 0) {

@@ -14,6 +14,7 @@ import { fileURLToPath } from "node:url";
 import { helperEnv, lastLine, PERL, syscallNumbers } from "./host-helpers.ts";
 import { RANGE_SIZE, type IdRange } from "./uid-range.ts";
 import type { Spawner } from "./spawner.ts";
+import type { ProcRef } from "./records.ts";
 import { runHelper } from "./disk.ts";
 import { openStdioFile } from "./spawner-protocol.ts";
 
@@ -28,9 +29,10 @@ export interface OpenUserns {
   /** Lets the helper's process go; the namespace lives on in whatever joined it. */
   end(): Promise<void>;
   /** bwrap mounts the sandbox's `/` nosuid; a sandbox of its own user namespace gets it without,
-   * so that `sudo` works: allow-setuid.pl for the holder whose pid 1 is `holderInit`, run by the
-   * helper (a fork of it, not a new perl). */
-  allowSetuid(holderInit: number): Promise<void>;
+   * so that `sudo` works: allow-setuid.pl for the holder whose pid 1 is `holderInit` (by pid and
+   * start time: it refuses a process that has the pid only since pid 1 ended), run by the helper
+   * (a fork of it, not a new perl). */
+  allowSetuid(holderInit: ProcRef): Promise<void>;
 }
 
 /** An ID-mapped mount to make: `source` (a host directory) appears read-only at `target` with
@@ -114,8 +116,8 @@ export async function openUserns(spawner: UsernsLauncher, range: IdRange, mounts
     await end();
     throw new Error(`user namespace helper failed (${await exited}): ${lastLine(log)}`);
   }
-  const allowSetuid = async (holderInit: number) => {
-    stdin.write(`allow-setuid ${holderInit} ${nr.setns} ${nr.mount}\n`);
+  const allowSetuid = async (holderInit: ProcRef) => {
+    stdin.write(`allow-setuid ${holderInit.pid}:${holderInit.start} ${nr.setns} ${nr.mount}\n`);
     const answer = await next();
     if (answer !== "ok") throw new Error(`${answer ?? `user namespace helper exited (${await exited})`}: ${lastLine(log)}`);
   };

@@ -2,7 +2,7 @@
 import type { IncomingMessage } from "node:http";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { pinPath, type PinnedPath } from "../pinned-path.ts";
-import type { PinOptions, SandboxUser } from "../sandbox-view.ts";
+import { SandboxGoneError, type PinOptions, type SandboxUser } from "../sandbox-view.ts";
 import { checkAccess, PermissionDeniedError, type Want } from "../user-access.ts";
 import { HttpError } from "./respond.ts";
 import { checkFileAccess, type FileOperation } from "./signature.ts";
@@ -47,6 +47,8 @@ export function hostPathFor(sbx: RuntimeSandbox, user: SandboxUser, rawPath: str
     // A file where a directory should be: nothing to read there, nowhere to write (envd's answers).
     if (code === "ENOENT" || (code === "ENOTDIR" && !opts.create)) throw new HttpError(404, `path '${path}' does not exist`);
     if (code === "ELOOP" || code === "ENOTDIR") throw new HttpError(400, `path '${path}' is not a valid file path`);
+    // The router answers it as a dead sandbox (502), not as a path the user may not reach.
+    if (err instanceof SandboxGoneError) throw err;
     throw new HttpError(403, (err as Error).message);
   }
   try {

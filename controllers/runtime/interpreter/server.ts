@@ -3,10 +3,11 @@
 // by a kernel driver (kernel.ts); the default context of a language starts with its first cell.
 // Loaded on the first request to the port, so sandboxes that never run code cost nothing here.
 import { randomUUID } from "node:crypto";
-import { stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { outputLineText, parseCreateContextRequest, parseExecuteRequest, type OutputLine } from "../../../schema/interpreter/http.ts";
 import { readJson } from "../http/read-json.ts";
+import { lstatPinned } from "../pinned-path.ts";
+import { PathOutsideSandboxError } from "../sandbox-view.ts";
 import { HttpError, presentedToken, sendJson, UNAUTHORIZED } from "../http/respond.ts";
 import { streamWriter, type StreamWriter } from "../http/stream-writer.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
@@ -92,13 +93,17 @@ class Contexts {
     const lang = KERNELS[(language ?? DEFAULT_LANGUAGE).toLowerCase()];
     if (!lang) throw new HttpError(400, `no kernel for language '${language}' in this sandbox (available: ${Object.keys(KERNELS).join(", ")})`);
     const dir = cwd ?? this.sbx.defaultWorkdir ?? this.user().home;
-    let host: string;
+    // Looked at through the pinned path as a command's cwd is (process/start.ts): a stat of
+    // toHost's string would be walked again from the host's `/`, so a directory the tenant
+    // swapped for a link meanwhile would have the answer tell whether a host directory exists.
+    let isDir = false;
     try {
-      host = this.sbx.view.toHost(dir);
+      isDir = lstatPinned(this.sbx.view, dir)?.isDirectory() ?? false;
     } catch (err) {
-      throw new HttpError(403, (err as Error).message);
+      if (err instanceof PathOutsideSandboxError) throw new HttpError(403, err.message);
+      if (!(err as NodeJS.ErrnoException).code) throw err;
     }
-    if (!(await stat(host).then((s) => s.isDirectory(), () => false))) throw new HttpError(400, `cwd '${dir}' does not exist or is not a directory`);
+    if (!isDir) throw new HttpError(400, `cwd '${dir}' does not exist or is not a directory`);
     const kernel = new Kernel(randomUUID(), lang, dir);
     this.byId.set(kernel.id, kernel);
     try {

@@ -90,7 +90,7 @@ export interface StepRun {
   /** The seccomp program bwrap loads into the step's command (seccomp.ts); none: no filter. */
   seccomp?: Uint8Array;
   /** The step's network (step-net.ts); none: loopback only. */
-  net?: { nsPath: string; resolvConf: string };
+  net?: { nsFd: number; resolvConf: string };
   /** The most the step may write, in MiB: its upper and work directories are on a loop-mounted
    * ext4 image of this size (ENOSPC inside past it), copied out as the layer when the step
    * succeeds. None: they are plain directories of the host's file system (no bound). */
@@ -261,12 +261,16 @@ function isFile(path: string): boolean {
   }
 }
 
-/** Where bwrap's options and descriptors start: fd 3 is the options file. */
-const ARGS_FD = 3;
+/** The step's network namespace (its StepNet's fd), when it has one: a fixed fd below 10, since
+ * the shell that closes it past nsenter (`exec "$@" 3<&-`) is dash, which reads only one digit
+ * as a redirection's fd (`12<&-` would close stdin and pass "12" to the command as an argument). */
+const NET_FD = 3;
+/** Where bwrap's options and descriptors start: fd 4 is the options file. */
+const ARGS_FD = 4;
 
 function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<number | null> {
   const s = r.step;
-  // Descriptors bwrap is handed after its options (fd 4 on), opened here as root: with a user
+  // Descriptors bwrap is handed after its options (fd 5 on), opened here as root: with a user
   // namespace, bwrap runs as the range's owner (`--bind-fd` still needs the root's path to be
   // reachable by it: STEP_ROOTS).
   const fds: string[] = [];
@@ -291,7 +295,7 @@ function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<nu
   else if (s.kind === "workdir") command.push(WORKDIR, "sh", s.dir, r.config.user);
   else command.push(COPY, "sh", s.src, s.dest, s.owner, s.mode, r.config.workdir);
   // Options through a file (NUL-terminated, as bwrap reads them; a file, not a pipe: bwrap does
-  // not wait on a non-blocking socket): pid 1 inside (bwrap) shows `bwrap --args 3 -- <command>`,
+  // not wait on a non-blocking socket): pid 1 inside (bwrap) shows `bwrap --args 4 -- <command>`,
   // not the host path of the merged tree.
   const argsFile = join(r.staging, "bwrap-args");
   // The sandboxes' filter, so a step's root meets the same kernel surface as a sandbox's.
@@ -304,14 +308,16 @@ function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<nu
   const opened = [argsFile, ...fds].map((f) => openSync(f, lstatSync(f).isDirectory() ? constants.O_RDONLY | constants.O_DIRECTORY : "r"));
   return new Promise((resolve, reject) => {
     const procs = r.cgroupProcs ?? [];
-    const enter = r.net ? ["nsenter", `--net=${r.net.nsPath}`, "--"] : [];
+    // The step's network by the fd its StepNet holds (step-net.ts), handed over at NET_FD and
+    // closed again past nsenter, so the step's processes do not inherit it.
+    const enter = r.net ? ["nsenter", `--net=/proc/self/fd/${NET_FD}`, "--", "/bin/sh", "-c", `exec "$@" ${NET_FD}<&-`, "sh"] : [];
     // With a user namespace, bwrap starts as the range's owner with no capability on the host and
     // joins the namespace (`--userns`): the step's root is that uid on the host.
     const as = ns ? ["/usr/bin/setpriv", `--reuid=${ns.owner}`, `--regid=${ns.owner}`, "--clear-groups"] : [];
     const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, ...as, "bwrap", "--args", String(ARGS_FD), "--", ...command];
     // A copy step's archive is the command's stdin (extracted inside): no path bwrap must reach.
     const stdin = s.kind === "copy" ? openSync(s.archive, "r") : "ignore";
-    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", ...opened], env: HOST_ENV, signal: r.signal, cwd: "/" });
+    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", r.net ? r.net.nsFd : "ignore", ...opened], env: HOST_ENV, signal: r.signal, cwd: "/" });
     for (const fd of opened) closeSync(fd);
     if (typeof stdin === "number") closeSync(stdin);
     let timedOut = false;

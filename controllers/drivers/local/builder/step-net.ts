@@ -5,17 +5,21 @@
 // The namespace is made by a small holder process (`unshare --net`) before the step starts, so the
 // veth is in place before the step's first packet; bwrap then joins it (nsenter) instead of
 // unsharing its own. The holder reads its stdin: it ends with the agent even after a SIGKILL.
+// The namespace is held by an fd opened once, under a handle on the holder's /proc directory
+// checked for its start time (proc-handle.ts), never named by the holder's pid again: had the
+// holder ended and a host process got its pid, `/proc/<pid>/ns/net` would be the host's network.
 import { spawn } from "node:child_process";
-import { rmSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { procRef } from "../holder.ts";
 import { resolvConf } from "../layout.ts";
+import { openProc } from "../proc-handle.ts";
 import type { PortRelay } from "../port-relay.ts";
 import type { SandboxNet } from "../sandbox-net.ts";
 
 export interface StepNet {
-  /** The namespace the step's bwrap joins. */
-  nsPath: string;
+  /** An open fd of the namespace the step's bwrap joins (open until `close`). */
+  nsFd: number;
   /** The step's /etc/resolv.conf (a sandbox's). */
   resolvConf: string;
   close(): Promise<void>;
@@ -36,7 +40,10 @@ export async function openStepNet(net: SandboxNet, relay: PortRelay, dir: string
   const holder = spawn("unshare", ["--net", "--", "/bin/sh", "-c", HOLDER], { stdio: ["pipe", "pipe", "pipe"], env: { PATH } });
   const exited = new Promise<void>((ok) => holder.once("close", () => ok()));
   let veth: string | undefined;
+  let nsFd: number | undefined;
   const close = async () => {
+    if (nsFd !== undefined) closeSync(nsFd);
+    nsFd = undefined;
     holder.kill("SIGKILL");
     await exited;
     if (veth) await net.detach(veth, relay).catch(() => undefined);
@@ -51,10 +58,17 @@ export async function openStepNet(net: SandboxNet, relay: PortRelay, dir: string
       holder.once("error", fail);
       holder.once("close", (code) => fail(new Error(`build network: the namespace holder exited ${code}: ${err.trim()}`)));
     });
-    const ref = procRef(holder.pid!);
-    if (!ref) throw new Error("build network: the namespace holder is gone");
+    // Not reaped yet (node reaps in the loop, and sets exitCode then): its pid is its own still.
+    const ref = holder.exitCode === null && holder.signalCode === null ? procRef(holder.pid!) : undefined;
+    const proc = ref && openProc(ref);
+    if (!ref || proc === undefined) throw new Error("build network: the namespace holder is gone");
+    try {
+      nsFd = openSync(`/proc/self/fd/${proc}/ns/net`, "r");
+    } finally {
+      closeSync(proc);
+    }
     veth = await net.attach(ref, address, relay);
-    return { nsPath: `/proc/${ref.pid}/ns/net`, resolvConf: resolvConf(), close };
+    return { nsFd, resolvConf: resolvConf(), close };
   } catch (err) {
     await close();
     throw err;

@@ -6,8 +6,8 @@
 // the host (the same end, without the ptrace), a host process takes its pid, and commands through
 // the view taken before must not run anywhere, nor may the files API walk that process's `/`,
 // and that host process must not be touched.
-import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, existsSync, mkdtempSync, openSync, readlinkSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { closeSync, existsSync, mkdtempSync, openSync, readlinkSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
@@ -18,7 +18,7 @@ import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.
 import { LocalSandboxView } from "../../../../controllers/drivers/local/local-view.ts";
 import { PID_FILE_ENV } from "../../../../controllers/drivers/local/spawner-sandbox-pid.ts";
 import type { HostCommand, SandboxUser, SpawnRequest } from "../../../../controllers/runtime/sandbox-view.ts";
-import { desiredSandbox, destroyAll, pollUntil } from "./fixture.ts";
+import { desiredSandbox, destroyAll, pollUntil, takePid } from "./fixture.ts";
 
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
 
@@ -41,18 +41,6 @@ async function run(view: LocalSandboxView, host: HostCommand): Promise<{ code: n
   const [stdout, stderr] = [text(p.stdout), text(p.stderr)];
   const exit = await new Promise<{ code: number | null }>((resolve) => p.onExit(resolve));
   return { code: exit.code, stdout: await stdout, stderr: await stderr };
-}
-
-/** A host process (`sleep`) with pid `pid`, made the next pid by ns_last_pid; other processes of
- * the machine may take it first, so a few tries. */
-async function takePid(pid: number): Promise<ChildProcess | undefined> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    writeFileSync("/proc/sys/kernel/ns_last_pid", String(pid - 1));
-    const child = spawn("/usr/bin/sleep", ["300"], { stdio: "ignore" });
-    if (child.pid === pid) return child;
-    child.kill("SIGKILL");
-  }
-  return undefined;
 }
 
 // What enter.pl's safety rests on: a handle on /proc/<pid> stays bound to the process it was
@@ -148,6 +136,10 @@ for (const level of [undefined, "bwrap"] as (IsolationLevel | undefined)[]) {
         // end (its target still names the old pid 1) must not pin the new process's `/`.
         const late = new LocalSandboxView({ id: d.id, mounts: [], namespaces: true, launcher: view.launcher, target: () => ({ nsInit: { pid: nsPid, start: start! }, cgroupProcs: [] }) });
         expect(() => late.pin("/work")).toThrow(/not running/);
+        // Before anything under that `/` is looked at: a directory no host has, walked there, would
+        // answer ENOENT, and one the host has would not (whether a host path exists).
+        expect(() => late.pin(`/no-such-dir-${process.pid}/x`)).toThrow(/not running/);
+        expect(() => late.pin(`/no-such-dir-${process.pid}/x`, { create: true })).toThrow(/not running/);
         expect(procStart(nsPid)).toBe(squatterStart);
         expect(squatter!.exitCode).toBeNull();
         expect(squatter!.signalCode).toBeNull();

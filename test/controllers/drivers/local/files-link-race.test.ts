@@ -4,9 +4,10 @@
 // reads and stats through it: the link is a sandbox path to the runtime, but a host path to the
 // kernel, so any operation that hands the kernel a path string after resolving it can be sent to
 // the host (pinned-path.ts). Nothing outside the sandbox may be created, read, removed or listed.
-// A process start checks its cwd the same way: starting or not must not tell whether a host
-// directory exists.
+// A process start checks its cwd the same way, and so does a code context's (POST /contexts
+// {cwd}): starting or not must not tell whether a host directory exists.
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Sandbox } from "e2b";
@@ -28,6 +29,8 @@ const ROUNDS = 60;
 let runtime: Runtime;
 let sbx: Sandbox;
 let closeApi = () => {};
+let interpreter: Server;
+let interpreterUrl: string;
 const id = desiredSandbox("race").id;
 
 // Swaps `d` (a directory) and `x` (a link to the host directory) for as long as it runs.
@@ -52,10 +55,14 @@ beforeAll(async () => {
   const bound = await sandboxAt(`http://127.0.0.1:${(server.address() as { port: number }).port}`, id, TOKEN);
   sbx = bound.sbx;
   closeApi = bound.close;
+  interpreter = createServer(runtime.interpreter);
+  await new Promise<void>((r) => interpreter.listen(0, "127.0.0.1", r));
+  interpreterUrl = `http://127.0.0.1:${(interpreter.address() as { port: number }).port}`;
 });
 
 afterAll(async () => {
   closeApi();
+  interpreter?.close();
   await runtime?.close();
   await driver.destroy(id).catch(() => {});
   await driver.dispose();
@@ -79,7 +86,7 @@ describe("the files API under a directory swapped for a link to the host", { tim
     }
     expect(ready, swapper.stderr).toBe(true);
     const base = "/home/user/w/d";
-    const seen = { read: 0, listed: 0, stat: 0, cwd: 0 };
+    const seen = { read: 0, listed: 0, stat: 0, cwd: 0, contextCwd: 0 };
     try {
       for (let i = 0; i < ROUNDS; i++) {
         await Promise.all([
@@ -103,6 +110,10 @@ describe("the files API under a directory swapped for a link to the host", { tim
             () => seen.cwd++,
             (err: Error) => !/cwd '.*' does not exist or is not a directory/.test(err.message) && seen.cwd++,
           ),
+          // A code context in it likewise: every answer is the 400 of a missing directory.
+          fetch(`${interpreterUrl}/contexts`, { method: "POST", headers: { "content-type": "application/json", "e2b-sandbox-id": id }, body: JSON.stringify({ language: "bash", cwd: `${base}/keep` }) }).then(
+            async (res) => !(res.status === 400 && /cwd '.*' does not exist or is not a directory/.test(await res.text())) && seen.contextCwd++,
+          ),
         ]);
       }
       // Still swapping at the end (a swapper that died early would make this test prove nothing).
@@ -113,7 +124,7 @@ describe("the files API under a directory swapped for a link to the host", { tim
     // The host directory is as the test made it (nothing created, removed or moved away), and
     // nothing of it was read, listed or statted through the sandbox's path.
     const host = { entries: readdirSync(hostDir).sort(), contents: HOST_FILES.map((f) => existsSync(join(hostDir, f)) && readFileSync(join(hostDir, f), "utf8")) };
-    expect({ host, seen }).toEqual({ host: { entries: [...HOST_FILES, "keep"].sort(), contents: HOST_FILES.map(() => SECRET) }, seen: { read: 0, listed: 0, stat: 0, cwd: 0 } });
+    expect({ host, seen }).toEqual({ host: { entries: [...HOST_FILES, "keep"].sort(), contents: HOST_FILES.map(() => SECRET) }, seen: { read: 0, listed: 0, stat: 0, cwd: 0, contextCwd: 0 } });
     // The API still works on the same names once the swapping stops.
     const settled = (await sbx.files.list("/home/user/w")).map((e) => e.name);
     expect(settled).toContain("d");

@@ -1,6 +1,7 @@
 // What the local driver's test files share: a desired sandbox with the usual defaults, a shell
 // inside it as the template's user, and the teardown that leaves no sandbox or data dir behind.
-import { rmSync } from "node:fs";
+import { spawn, type ChildProcess } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { expect, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
@@ -55,4 +56,17 @@ export async function adoptAfterRestart(old: LocalDriver, next: () => LocalDrive
   } finally {
     warn.mockRestore();
   }
+}
+
+/** A host process with pid `pid` (`argv`, default a `sleep`; one that execs keeps the pid), made
+ * the next pid by ns_last_pid: what a host process that takes an ended sandbox pid 1's pid looks
+ * like. Other processes of the machine may take it first, so a few tries. */
+export async function takePid(pid: number, argv = ["/usr/bin/sleep", "300"]): Promise<ChildProcess | undefined> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    writeFileSync("/proc/sys/kernel/ns_last_pid", String(pid - 1));
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: "ignore" });
+    if (child.pid === pid) return child;
+    child.kill("SIGKILL");
+  }
+  return undefined;
 }

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { helperEnv, PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { procStart } from "../../../../controllers/drivers/local/holder.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { USERNS_SCRIPT } from "../../../../controllers/drivers/local/userns.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
@@ -134,7 +135,7 @@ describe("user namespace", () => {
 });
 
 describe("userns.pl's requests (it runs as host root; allow-setuid.pl runs in a child it forks)", () => {
-  it("only `allow-setuid` and three numbers are taken; a holder in the host's user namespace is refused, the host's `/` untouched", () => {
+  it("only `allow-setuid`, a pid:start and two numbers are taken; a holder in the host's user namespace is refused, the host's `/` untouched", () => {
     const nr = syscallNumbers();
     const rootBefore = readFileSync("/proc/self/mountinfo", "utf8").split("\n").find((l) => l.split(" ")[4] === "/");
     const requests = [
@@ -147,7 +148,7 @@ describe("userns.pl's requests (it runs as host root; allow-setuid.pl runs in a 
       "allow-setuid\t1 2 3\u0000",
       // Well formed, but the pid is a host process (a holder's pid reused, say): allow-setuid.pl
       // refuses to remount what it would see as `/`.
-      `allow-setuid ${process.pid} ${nr.setns} ${nr.mount}`,
+      `allow-setuid ${process.pid}:${procStart(process.pid)} ${nr.setns} ${nr.mount}`,
     ];
     const r = spawnSync(PERL, [USERNS_SCRIPT, "3000000000", "1", String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount)], {
       env: helperEnv(),
