@@ -11,11 +11,11 @@ export const jsonPatch = setHeaderOptions("Content-Type", PatchStrategy.JsonPatc
 /** How long a status PATCH (a Sandbox's, a SandboxSet's) may go unanswered before it is aborted. */
 export const STATUS_WRITE_TIMEOUT_MS = 10_000;
 
-/** `opt` whose requests are also aborted after `ms`. A status write queued behind another (one
- * flush at a time) must not wait on an answer that never comes: the requests ride one pooled
- * HTTP/2 session (pooled-connections.ts), where a stuck stream is ended only by undici's own
- * limit, 300 s, and every status write after it would wait that long with nothing logged. The
- * abort fails the write like any other error, which the writer retries. */
+/** `opt` whose requests are also aborted after `ms` (the rejection's name is "TimeoutError"). A
+ * write queued behind another (a pool's status flushes, a sandbox's writes: one at a time) must
+ * not wait on an answer that never comes: the requests ride one pooled HTTP/2 session
+ * (pooled-connections.ts), where a stuck stream is ended only by undici's own limit, 300 s, and
+ * every write after it would wait that long with nothing logged. The caller retries. */
 export function within(ms: number, opt: ConfigurationOptions): ConfigurationOptions {
   const abortAfter = {
     pre: (req: RequestContext) => {

@@ -40,7 +40,7 @@ import { PodWriter } from "./pod-writer.ts";
 import { poolConnections } from "./pooled-connections.ts";
 import { SandboxObjects } from "./sandbox-object.ts";
 import { Scopes } from "./scopes.ts";
-import { StatusWriter } from "./status-writer.ts";
+import { StatusWriter, StatusWriteTimeout } from "./status-writer.ts";
 import { CsiMounter } from "./csi-mounts.ts";
 import { runtimeTokenKey } from "./runtime-token.ts";
 import { CheckpointSnapshots } from "./checkpoint/snapshots.ts";
@@ -431,7 +431,13 @@ export class KubernetesDriver implements Driver {
       }
     }
     this.#status.succeeded(d.id);
-    await this.#status.write(d.id);
+    // The pod's work is done: a status PATCH the API server does not answer in time is written
+    // again by the status scheduler, not a reason to fail (and redo) the converge.
+    await this.#status.write(d.id).catch((err: unknown) => {
+      if (!(err instanceof StatusWriteTimeout)) throw err;
+      this.#opts.log?.(err.message);
+      this.#scheduleStatus(d.id, 500);
+    });
     return this.#status.observe(d.id, this.#deferred.get(d.id)?.generation)!;
   }
 

@@ -12,6 +12,12 @@ import type { KubeSandboxObservation, SandboxObject, SandboxSetObject } from "./
 import { runtimeUrl } from "./pod-spec.ts";
 import { runtimeContainer, runtimeHealth, sandboxState, sandboxStatus, withPendingRestore, type SandboxFacts, type SandboxStatus } from "./pod-state.ts";
 
+/** A status PATCH aborted for want of an answer: the status is still to be written, nothing else
+ * failed (the driver hands it to its status scheduler instead of failing the converge). */
+export class StatusWriteTimeout extends Error {
+  override readonly name = "StatusWriteTimeout";
+}
+
 export class StatusWriter {
   readonly #ctx: DriverContext;
   /** Last Ready reason an Event was emitted for, per sandbox, so each transition is reported once. */
@@ -26,10 +32,11 @@ export class StatusWriter {
   readonly #failing = new Map<string, { reason: ReadyReason; message: string }>();
 
   /** How long a status PATCH may go unanswered before it is aborted (and the write fails). */
-  writeTimeoutMs = STATUS_WRITE_TIMEOUT_MS;
+  readonly #writeTimeoutMs: number;
 
-  constructor(ctx: DriverContext) {
+  constructor(ctx: DriverContext, opts: { writeTimeoutMs?: number } = {}) {
     this.#ctx = ctx;
+    this.#writeTimeoutMs = opts.writeTimeoutMs ?? STATUS_WRITE_TIMEOUT_MS;
   }
 
   /** What a sandbox's phase and status are computed from. */
@@ -113,10 +120,13 @@ export class StatusWriter {
           { group: GROUP, version: VERSION, namespace: sc.namespace, plural: PLURAL.sandbox, name: sbx.metadata!.name!, body: { status } },
           // Each sandbox's writes run one at a time (its converge chain): a PATCH whose stream hangs
           // on the pooled session would hold that sandbox's every later write (kube-api.ts within).
-          within(this.writeTimeoutMs, mergePatch),
+          within(this.#writeTimeoutMs, mergePatch),
         ) as Promise<SandboxObject>,
         [404],
-      );
+      ).catch((err: unknown) => {
+        if ((err as Error)?.name !== "TimeoutError") throw err;
+        throw new StatusWriteTimeout(`status of sandbox ${id}: no answer from the API server in ${this.#writeTimeoutMs} ms`, { cause: err });
+      });
       if (updated) {
         sc.sandboxes.remember(updated);
         this.#wroteRv.set(id, updated.metadata?.resourceVersion ?? "");

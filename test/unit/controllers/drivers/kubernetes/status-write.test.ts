@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import type { DriverContext } from "../../../../../controllers/drivers/kubernetes/context.ts";
 import { ObjectCache } from "../../../../../controllers/drivers/kubernetes/object-cache.ts";
 import type { SandboxObject } from "../../../../../controllers/drivers/kubernetes/objects.ts";
-import { StatusWriter } from "../../../../../controllers/drivers/kubernetes/status-writer.ts";
+import { StatusWriter, StatusWriteTimeout } from "../../../../../controllers/drivers/kubernetes/status-writer.ts";
 import { GROUP, VERSION } from "../../../../../schema/crd/labels.ts";
 import { holdFirstPatch, type HeldPatchServer } from "../../../../support/kube-stand-in.ts";
 
@@ -42,12 +42,16 @@ it("a Sandbox status PATCH left unanswered fails after its bound, and the sandbo
     sandbox: (id: string) => sandboxes.get(id),
     pod: () => undefined,
   } as unknown as DriverContext;
-  const writer = new StatusWriter(ctx);
-  writer.writeTimeoutMs = 500;
+  const writer = new StatusWriter(ctx, { writeTimeoutMs: 500 });
 
   // The first write's PATCH is never answered: the write fails (the converge chain's error path
   // retries it), not waits on it (without the bound it waits past this test's timeout).
-  await expect(writer.write("sbx-a")).rejects.toThrow();
+  const started = Date.now();
+  const err = await writer.write("sbx-a").catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(StatusWriteTimeout);
+  expect((err as Error).message).toBe("status of sandbox sbx-a: no answer from the API server in 500 ms");
+  // Aborted at its bound, not at once (a refusal would not be this error).
+  expect(Date.now() - started).toBeGreaterThanOrEqual(450);
   expect(patches).toHaveLength(1);
 
   // The next write of the same sandbox goes out and its answer is what the driver now reads.
