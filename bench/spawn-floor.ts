@@ -33,9 +33,11 @@ const ENV = { PATH: "/usr/bin:/bin" };
 class Resident {
   readonly #child: ChildProcess;
   #waiting: ((line: string) => void) | undefined;
+  readonly #gone = onGone();
   #buf = "";
   constructor(file: string, args: string[]) {
     this.#child = spawn(file, args, { stdio: ["pipe", "pipe", "inherit"], env: ENV });
+    this.#gone.watch(this.#child, file);
     this.#child.stdout!.setEncoding("utf8").on("data", (d: string) => {
       this.#buf += d;
       const nl = this.#buf.indexOf("\n");
@@ -49,14 +51,40 @@ class Resident {
     return this.#child.pid!;
   }
   run(n: number): Promise<string> {
-    return new Promise((ok) => {
-      this.#waiting = ok;
-      this.#child.stdin!.write(`${n}\n`);
-    });
+    return this.#gone.race(
+      new Promise((ok) => {
+        this.#waiting = ok;
+        this.#child.stdin!.write(`${n}\n`);
+      }),
+    );
   }
   stop(): void {
+    this.#gone.stopping = true;
     this.#child.stdin!.end();
   }
+}
+
+/** A resident side that fails to start or dies mid-run (no Perl, a fork refused, the OOM killer)
+ * fails this suite's wait at once instead of hanging it, or killing the whole bench with an
+ * unhandled 'error'. */
+function onGone() {
+  let fail: (err: Error) => void = () => {};
+  const gone = new Promise<never>((_, reject) => (fail = reject));
+  gone.catch(() => {});
+  const state = {
+    stopping: false,
+    watch(child: ChildProcess, what: string) {
+      child.on("error", (err) => fail(new Error(`spawn floor: ${what}: ${err.message}`)));
+      child.stdin?.on("error", () => {}); // its exit says why
+      child.on("exit", (code, signal) => {
+        if (!state.stopping) fail(new Error(`spawn floor: ${what} exited (${code ?? signal})`));
+      });
+    },
+    race<T>(p: Promise<T>): Promise<T> {
+      return Promise.race([p, gone]);
+    },
+  };
+  return state;
 }
 
 const NODE_SIDE = `
@@ -107,11 +135,13 @@ while (my $line = <STDIN>) {
 /** One request to PERL_SERVER: its spawned line, then its exit line. */
 class PerlServer {
   readonly #child: ChildProcess;
+  readonly #gone = onGone();
   #buf = "";
   #lines: string[] = [];
   #wake: (() => void) | undefined;
   constructor() {
     this.#child = spawn("/usr/bin/perl", ["-MPOSIX", "-e", PERL_SERVER], { stdio: ["pipe", "pipe", "inherit"], env: ENV });
+    this.#gone.watch(this.#child, "perl_server");
     this.#child.stdout!.setEncoding("utf8").on("data", (d: string) => {
       this.#buf += d;
       let nl;
@@ -126,7 +156,7 @@ class PerlServer {
     return this.#child.pid!;
   }
   async #line(): Promise<string> {
-    while (this.#lines.length === 0) await new Promise<void>((ok) => (this.#wake = ok));
+    while (this.#lines.length === 0) await this.#gone.race(new Promise<void>((ok) => (this.#wake = ok)));
     return this.#lines.shift()!;
   }
   async spawn(id: number): Promise<void> {
@@ -135,6 +165,7 @@ class PerlServer {
     if (!spawned.startsWith(`spawned ${id} `) || exit !== `exit ${id} 0`) throw new Error(`perl_server: ${spawned} / ${exit}`);
   }
   stop(): void {
+    this.#gone.stopping = true;
     this.#child.stdin!.end();
   }
 }

@@ -46,7 +46,7 @@ async function measure(run: () => Promise<void>): Promise<{ own: number; spawner
   return { own: (d.user + d.system) / 1000 / PER_ROUND, spawner: (schedMs(spawnerPid) - s) / PER_ROUND };
 }
 
-// The spawner's channel keeps nothing alive while it is idle (its exit on dispose included).
+// The spawner's channel keeps nothing alive while it is idle (dispose holds it while it ends).
 const keepAlive = setInterval(() => {}, 1000);
 const loadBefore = loadavg();
 for (let i = 0; i < 20; i++) await Promise.all([pipe(), file()]);

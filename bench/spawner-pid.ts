@@ -126,7 +126,7 @@ async function measure(run: () => Promise<number>): Promise<Round> {
   return { own: (d.user + d.system) / 1000 / PER_ROUND, spawner: (schedMs(spawnerPid) - s) / PER_ROUND, children: (procCpuMs(spawnerPid).children - k) / PER_ROUND, wall: median(walls) };
 }
 
-// The spawner's channel keeps nothing alive while it is idle (its exit on dispose included).
+// The spawner's channel keeps nothing alive while it is idle (dispose holds it while it ends).
 const keepAlive = setInterval(() => {}, 1000);
 const loadBefore = loadavg();
 // Warm both paths (the spawner's start, the pool, JIT) before anything counts.

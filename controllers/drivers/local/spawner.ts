@@ -419,9 +419,16 @@ export class Spawner implements ProcessLauncher {
     // nothing else left (a script's last await) would otherwise end before 'exit' came.
     child.ref();
     child.disconnect();
+    // It ends on the disconnect; one that missed it (spawner-main.ts's fallback needs its parent
+    // gone, and this one waits) is killed rather than waited on for ever.
+    const late = setTimeout(() => child.kill("SIGKILL"), DISPOSE_KILL_MS);
     await exited;
+    clearTimeout(late);
   }
 }
+
+/** How long dispose() waits for the spawner to end on its disconnect before killing it. */
+const DISPOSE_KILL_MS = 5_000;
 
 /** A received socket reads nothing until its consumer's first 'data' listener: Node started its
  * read as it made it (`read(0)`), and the stream would not start another while that one counts as

@@ -224,7 +224,7 @@ describe("spawner", () => {
     const tool = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "pipe"] });
     const [out, code] = await Promise.all([text(tool.stdout!), new Promise<number | null>((r) => tool.once("exit", (c) => r(c)))]);
     const [pid, last] = out.trim().split("\n");
-    // Before: Node ended the script with 13 (an unsettled top-level await) while dispose waited.
+    // Node ends a script whose last await cannot settle with 13: dispose must keep it alive.
     expect({ code, last }).toEqual({ code: 0, last: "disposed" });
     expect(await gone(Number(pid))).toBe(true);
   });
