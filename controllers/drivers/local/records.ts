@@ -1,6 +1,22 @@
 // What the local driver remembers about one sandbox, in `<dataDir>/sandboxes/<id>/record.json`.
 // Written before anything is created and rewritten after each step, atomically (write + rename),
 // so an agent killed at any point leaves a record the next agent can act on.
+//
+// Two formats are read, one is written. This release writes the plain one (one JSON value, no
+// newline). A later release will write one file of two slots, each overwritten in place (one
+// inode per sandbox where each write makes one, and ext4 without a journal pays for every inode
+// in its scans). The reader learns that format a release before the writer: a reader that lacks
+// it (those before this one) takes such a file for no record, or for a slot's wrapper, and since
+// the address and uid-range leases are judged host-wide from the record each names, an older
+// driver on the same host would take over a live sandbox's lease, and a rollback would lose every
+// sandbox. Once no agent older than this reader can share a host's leases or a data directory
+// with a newer one, the writer changes and no reader does.
+// The two-slot layout: slot 0 up to the file's first newline (JSON.stringify writes none, nor
+// does UTF-8 inside a character), slot 1 after it, each `{"seq":n,"record":{..},"end":n}` padded
+// with spaces; the valid slot with the higher n holds the record. A slot torn by a kill mid-write
+// fails to parse or its two numbers differ (its pages land in order, and what it held before ends
+// with an older number, or is itself torn). A file neither of whose slots is valid is read whole
+// as the plain format (a record written by hand with newlines in it, as `jq .` prints it).
 import { readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { DesiredSandbox, IsolationLevel } from "../driver.ts";
@@ -71,13 +87,42 @@ export interface SandboxAddress {
 }
 
 export function readRecord(file: string): SandboxRecord | undefined {
+  let text: string;
   try {
-    return JSON.parse(readFileSync(file, "utf8")) as SandboxRecord;
+    text = readFileSync(file, "utf8");
   } catch {
+    return undefined;
+  }
+  const cut = text.indexOf("\n");
+  const first = parse(cut < 0 ? text : text.slice(0, cut));
+  const a = slot(first);
+  const b = cut < 0 ? undefined : slot(parse(text.slice(cut + 1)));
+  const newest = a && b ? (a.seq > b.seq ? a : b) : (a ?? b);
+  if (newest) return newest.record;
+  // The plain format, which this release writes.
+  const plain = cut < 0 ? first : parse(text);
+  // A slot's wrapper is not a record (a record has no `record`): one slot, torn, the other blank.
+  return typeof plain === "object" && plain !== null && !("record" in plain) ? (plain as SandboxRecord) : undefined;
+}
+
+function parse(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    // Torn by an agent killed mid-write, or blank.
     return undefined;
   }
 }
 
+/** A slot of the two-slot format, if `value` is a whole one. */
+function slot(value: unknown): { seq: number; record: SandboxRecord } | undefined {
+  const v = value as { seq?: unknown; record?: unknown; end?: unknown } | undefined;
+  if (typeof v !== "object" || v === null || !Number.isSafeInteger(v.seq) || v.seq !== v.end) return undefined;
+  if (typeof v.record !== "object" || v.record === null) return undefined;
+  return { seq: v.seq as number, record: v.record as SandboxRecord };
+}
+
+/** In the plain format (the header says why not yet the two slots). */
 export function writeRecord(file: string, record: SandboxRecord): void {
   const tmp = `${file}.${process.pid}.tmp`;
   // Only the agent reads records: the data directory lets sandboxes' host uids pass (userns.ts).
