@@ -117,6 +117,11 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
+/** The seccomp filter a holder for `d` loads, and its commands with it. */
+function filterFor(d: DesiredSandbox): FilterKind {
+  return d.nestedUserNamespaces ? "nestedUserns" : "default";
+}
+
 export class LocalDriver implements Driver {
   readonly name = "local";
   readonly capabilities: DriverCapabilities;
@@ -668,8 +673,11 @@ export class LocalDriver implements Driver {
   }
 
   /** What a holder about to start is recorded with before it starts: its cgroups, whether it is
-   * on the host's network, its address (leased here) and its nonce. */
-  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net" | "holderNonce"> {
+   * on the host's network, its address (leased here), its nonce and its seccomp filter. The
+   * filter too: an agent stopped between the start and the write after it leaves this record,
+   * and the next one finds the holder by its nonce (#observeRecord) and has its commands load
+   * the filter the record names (view target), which must be the one its pid 1 runs under. */
+  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net" | "holderNonce" | "filter"> {
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layoutFor(this.#dataDir, rec.id).record) : undefined;
@@ -678,6 +686,7 @@ export class LocalDriver implements Driver {
       sharesHostNet: ns ? hostNet : undefined,
       net: address ? { address } : rec.net && { address: rec.net.address },
       holderNonce: randomBytes(16).toString("hex"),
+      filter: this.#seccomp && ns ? filterFor(rec.desired) : undefined,
     };
   }
 
@@ -694,8 +703,8 @@ export class LocalDriver implements Driver {
     }
     const ns = this.capabilities.level !== "process";
     const hostNet = next.sharesHostNet === true;
-    // Fixed for the holder's life, and recorded: its commands load the same one (view target).
-    const filter: FilterKind = rec.desired.nestedUserNamespaces ? "nestedUserns" : "default";
+    // Fixed for the holder's life, and recorded with the plan: its commands load the same one.
+    const filter = filterFor(rec.desired);
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? next.net?.address : undefined;
     let veth: string | undefined;
@@ -722,7 +731,7 @@ export class LocalDriver implements Driver {
       this.#restarted.set(rec.id, lacked);
     }
     this.#holderChecked.add(rec.id);
-    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth }, ...(this.#seccomp && ns ? { filter } : {}) };
+    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
     return next;
   }

@@ -7,12 +7,13 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
-import { discoverHolder } from "../../../../controllers/drivers/local/holder.ts";
+import { discoverHolder, HOLDER_NONCE_ENV } from "../../../../controllers/drivers/local/holder.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
+import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
 import { spawnHost } from "../../../../controllers/runtime/process/launcher.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
@@ -81,6 +82,39 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     expect(rec.holderNonce).toMatch(/^[0-9a-f]{32}$/);
     expect(discoverHolder(d.id, rec.holderNonce)).toEqual({ holder: rec.holder, nsInit: rec.nsInit });
     expect(discoverHolder(d.id, "0".repeat(32))).toBeUndefined();
+    await driver.destroy(d.id);
+  });
+
+  it("an agent stopped between a holder's start and the record write after it: the next one finds the holder, and its commands load the filter it started with", async () => {
+    // The record as it is when the holder is forked (written before the start, #holderPlan),
+    // kept by a spawner that copies it at that moment.
+    const atStart = new Map<string, string>();
+    class CrashPoint extends Spawner {
+      override spawn(...args: Parameters<Spawner["spawn"]>) {
+        const [cmd] = args;
+        const id = cmd.env?.[MARKER_ENV];
+        if (id && cmd.env?.[HOLDER_NONCE_ENV]) atStart.set(id, readFileSync(layoutFor(dataDir, id).record, "utf8"));
+        return super.spawn(...args);
+      }
+    }
+    const crashing = new LocalDriver({ dataDir, cgroupName, spawner: new CrashPoint() });
+    // nestedUserNamespaces: its filter lets commands make user namespaces; the default refuses.
+    const d = desired({ nestedUserNamespaces: true });
+    const before = await crashing.ensure(d);
+    expect(before.phase).toBe("Running");
+    expect((await sh(d.id, "unshare -Ur id -u 2>&1", USER, crashing)).stdout).toBe("0\n");
+    await crashing.dispose();
+    // The agent died before its write after the start: the record is the one written before it.
+    const planned = atStart.get(d.id)!;
+    expect(JSON.parse(planned)).toMatchObject({ phase: "Pending", holderNonce: expect.any(String) });
+    writeFileSync(layoutFor(dataDir, d.id).record, planned);
+    const restarted = new LocalDriver({ dataDir, cgroupName });
+    try {
+      expect(await restarted.observe(d.id)).toMatchObject({ phase: "Running", incarnation: before.incarnation });
+      expect((await sh(d.id, "unshare -Ur id -u 2>&1", USER, restarted)).stdout).toBe("0\n");
+    } finally {
+      await restarted.dispose();
+    }
     await driver.destroy(d.id);
   });
 
