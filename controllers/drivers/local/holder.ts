@@ -166,7 +166,8 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
       for (const ref of [nsInit, holder]) if (alive(ref)) process.kill(ref.pid, "SIGKILL");
       throw err;
     }
-    protectFromOOM([pid, initPid, ...childrenOf(initPid)]);
+    // The holder only: bwrap's pid 1 and its `sleep` are inside the sandbox (see protectFromOOM).
+    protectFromOOM([pid]);
     return { holder, nsInit };
   } finally {
     info?.destroy();
@@ -175,9 +176,16 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
 }
 
 
-/** The memory-limit OOM killer takes a sandbox's own processes, never its holder: losing the
- * holder would end the whole sandbox. Processes that join later are not its children, so they
- * do not inherit this. */
+/** The OOM killer never takes a holder the driver started (bwrap in the agent's pid namespace,
+ * or `sleep` at `process` level, where it is the sandbox): a host binary no process of the
+ * sandbox can name, let alone ptrace. (At bwrap levels the sandbox's pid 1 outlives it: killed,
+ * the sandbox ran on.) Not the sandbox's pid 1 nor its `sleep`: `sleep` is the template's binary (a build, or
+ * root inside before a Stop pause, may make it anything) and root inside may ptrace either (it
+ * ends pid 1 that way), so a fork made there would pass -1000 on to tenant processes that the
+ * OOM killer then never takes, and at a level without a memory cgroup a host OOM would kill host
+ * processes instead. They stay ordinary candidates, the smallest of their sandbox: a sandbox
+ * whose memory runs out loses its largest process first, and its pid 1 only when nothing else is
+ * left. Set after the fork of pid 1, which so inherits nothing. */
 function protectFromOOM(pids: number[]): void {
   for (const pid of pids) {
     try {

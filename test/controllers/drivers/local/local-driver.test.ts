@@ -16,7 +16,7 @@ import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
 import { spawnHost } from "../../../../controllers/runtime/process/launcher.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
-import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
+import { desiredSandbox, destroyAll, pollUntil, shIn, USER } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-driver-specific-"));
 const cgroupName = `kruise-test-${process.pid}-specific`;
@@ -116,6 +116,30 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
       await restarted.dispose();
     }
     await driver.destroy(d.id);
+  });
+
+  it("only the holder outside the sandbox is kept from the OOM killer: its pid 1, its sleep and what a tenant's sleep forks stay candidates", async () => {
+    const adj = (pid: number) => readFileSync(`/proc/${pid}/oom_score_adj`, "utf8").trim();
+    const children = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+    const d = desired();
+    await driver.ensure(d);
+    const rec = readRecord(layoutFor(dataDir, d.id).record)!;
+    expect([adj(rec.nsInit!.pid), ...children(rec.nsInit!.pid).map(adj)]).toEqual(["0", "0"]);
+    // -1000 needs CAP_SYS_RESOURCE, which an agent in a container may lack (this project's test
+    // machine does: every protection write fails there, and the holder stays at 0).
+    const capEff = BigInt(`0x${/^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))![1]}`);
+    const holderAdj = (capEff >> 24n) & 1n ? "-1000" : "0";
+    if (!rec.root) return void expect(adj(rec.holder!.pid)).toBe(holderAdj);
+    // The holder's `sleep` is the sandbox's own /usr/bin/sleep: root inside makes it perl, which
+    // runs `/infinity` (bwrap starts it as `sleep infinity` in `/`), a script that forks once the
+    // start is over and keeps both processes.
+    const script = 'sleep 2; if (!fork()) { open(my $f, ">", "/tmp/forked"); print $f $$; close($f); } sleep 1000 while 1;';
+    expect((await sh(d.id, `cp --remove-destination /usr/bin/perl /usr/bin/sleep 2>&1 && echo '${script}' > /infinity && echo ok`, ROOT)).stdout).toBe("ok\n");
+    await driver.ensure({ ...d, generation: 2, state: "Paused", pauseStrategy: "Stop" });
+    expect((await driver.ensure({ ...d, generation: 3 })).phase).toBe("Running");
+    const forked = await pollUntil(() => sh(d.id, "cat /proc/$(cat /tmp/forked)/oom_score_adj 2>/dev/null").then((r) => r.stdout), (out) => out !== "");
+    expect(forked).toBe("0\n");
+    expect(adj(readRecord(layoutFor(dataDir, d.id).record)!.holder!.pid)).toBe(holderAdj);
   });
 
   it("root inside has uid 0 with a container's capabilities in its user namespace, and the base system is read-only from inside and through toHost", async () => {
