@@ -59,15 +59,12 @@ export function seccompMode(ref: ProcRef): number | undefined {
   }
 }
 
+/** One `/proc/<pid>/stat` read: the start time and the state (a zombie, Z, or dead, X, has
+ * ended) come from the same line. */
 export function alive(ref: ProcRef | undefined): boolean {
   if (!ref) return false;
-  const start = procStart(ref.pid);
-  if (start !== ref.start) return false;
-  try {
-    return !/^State:\s+Z/m.test(readFileSync(`/proc/${ref.pid}/status`, "utf8"));
-  } catch {
-    return false;
-  }
+  const fields = statFields(ref.pid);
+  return fields !== undefined && fields[19] === ref.start && fields[0] !== "Z" && fields[0] !== "X";
 }
 
 export interface StartedHolder {

@@ -117,6 +117,12 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
+/** How often the running sandboxes' pid 1s are looked at (#checkWatched). */
+const PID1_CHECK_MS = 1000;
+
+/** The observation's message for a sandbox whose pid 1 ended while it ran. */
+const PID1_ENDED = "the sandbox's init process (pid 1) ended, and every process of the sandbox with it (killed from inside, or by the OOM killer); its files stay until it is killed";
+
 /** The seccomp filter a holder for `d` loads, and its commands with it. */
 function filterFor(d: DesiredSandbox): FilterKind {
   return d.nestedUserNamespaces ? "nestedUserns" : "default";
@@ -168,6 +174,13 @@ export class LocalDriver implements Driver {
   readonly #uids: UidRanges | undefined;
   /** Why there is no user namespace (sandboxes and build steps alike); undefined: there is. */
   readonly #usernsError: string | undefined;
+  /** The pid 1 this driver last saw running, per sandbox (#observeRecord): one found ended is the
+   * sandbox's end (#ended), not a start to retry. Left out once the driver ends it itself. */
+  readonly #watched = new Map<string, ProcRef>();
+  /** Sandboxes whose ended pid 1 a check (#checkWatched) is waiting to record. */
+  readonly #ending = new Set<string>();
+  readonly #watchTimer: NodeJS.Timeout;
+  #changed: ((id: string) => void) | undefined;
 
   constructor(opts: LocalDriverOptions) {
     const envMask = process.env.KRUISE_EGRESS_CT_MARK_MASK;
@@ -247,6 +260,30 @@ export class LocalDriver implements Driver {
       unmountDiskSync(join(dir, "disk"));
     }
     if (trash.length) this.#emptyTrash(trash);
+    this.#watchTimer = setInterval(() => this.#checkWatched(), PID1_CHECK_MS).unref();
+  }
+
+  /** `listener` hears of each sandbox whose pid 1 ended by itself (root inside may kill it
+   * through ptrace, the OOM killer may take it), within about PID1_CHECK_MS: its next
+   * observation says Failed (the agent reconciles it and tells the edge). */
+  onChange(listener: (id: string) => void): void {
+    this.#changed = listener;
+  }
+
+  /** One `/proc/<pid>/stat` read per watched sandbox: nothing else tells the driver that a pid 1
+   * ended (it is no child of the agent's, and an adopted one not even of its spawner's). Each
+   * ended one is recorded under its sandbox's lock, after any pass under way (which may be what
+   * ended it: a stop or destroy takes it out of #watched first). */
+  #checkWatched(): void {
+    for (const [id, ref] of this.#watched) {
+      if (alive(ref) || this.#ending.has(id)) continue;
+      this.#ending.add(id);
+      void this.#locked(id, async () => {
+        this.#ending.delete(id);
+        const rec = this.#record(id);
+        if (rec && this.#observeRecord(rec).phase === "Failed") this.#changed?.(id);
+      }).catch((err: Error) => console.warn(`local driver: sandbox ${id}: ${err.message}`));
+    }
   }
 
   /** Unmounts and deletes the spare disks (an agent that stops its sandboxes leaves no loop
@@ -258,6 +295,7 @@ export class LocalDriver implements Driver {
   /** Removes the driver's (empty) parent cgroups and spare disks and stops its spawner; sandboxes
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
+    clearInterval(this.#watchTimer);
     if (this.#cgroups) removeParents(this.#cgroups);
     await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose(), ...this.#trashRemovals]);
     void this.#spawner.dispose();
@@ -268,6 +306,7 @@ export class LocalDriver implements Driver {
    * agent that exits leaving its sandboxes running (they are adopted by the next one, which starts
    * helpers of its own) leaves nothing of them in /tmp. */
   closeHelpers(): void {
+    clearInterval(this.#watchTimer);
     this.#relay.dispose();
     this.#egress.dispose();
   }
@@ -424,7 +463,11 @@ export class LocalDriver implements Driver {
     // on the host, ~3 ms of the agent's CPU per warm member made (issue 16).
     let obs = this.#observeRecord(rec, created);
     const wantProcesses = wantsProcesses(d);
-    if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
+    // Its pid 1 ended while it ran (#ended): as a VM whose init died, it stays Failed (the edge
+    // shows it so and kills it; a pool replaces it), not restarted with its processes gone. A
+    // holder the driver replaces on purpose (a recreate, a network move, a Stop pause) clears it.
+    const ended = this.#record(d.id)?.phase === "Failed";
+    if (wantProcesses && !ended && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
       if (obs.phase === "Failed") await this.#endProcesses(rec);
       rec = await this.#start(this.#record(d.id) ?? rec, created);
       obs = this.#observeRecord(rec);
@@ -442,7 +485,7 @@ export class LocalDriver implements Driver {
     const seen = this.#observeRecord(final);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
-    if (wantProcesses && seen.phase === "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
+    if (wantProcesses && seen.phase === "Failed" && !ended) throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
     return seen;
   }
 
@@ -763,6 +806,8 @@ export class LocalDriver implements Driver {
    * with no level (no record), the pid-namespace scan, which at `process` level finds the same
    * (every process of such a sandbox is in the agent's namespace, with its marker). */
   async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit"> & { level?: SandboxRecord["level"] }): Promise<void> {
+    // Ended on purpose: not a death for #checkWatched to report.
+    this.#watched.delete(rec.id);
     // An open listener would keep the sandbox's network namespace alive.
     await this.#relay.closeEgress(rec.id);
     const cgroups = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
@@ -786,8 +831,9 @@ export class LocalDriver implements Driver {
   }
 
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create).
-   * `fresh`: the record was made in this pass, so no holder of it can run yet. */
-  #observeRecord(rec: SandboxRecord, fresh = false): SandboxObservation {
+   * `fresh`: the record was made in this pass, so no holder of it can run yet. `judge`: under the
+   * sandbox's lock, so a pid 1 found ended is recorded as the sandbox's end (#ended). */
+  #observeRecord(rec: SandboxRecord, fresh = false, judge = true): SandboxObservation {
     const base = {
       id: rec.id,
       generation: rec.generation,
@@ -798,7 +844,9 @@ export class LocalDriver implements Driver {
       ...this.#holderConditions(rec.id),
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
+    if (rec.phase === "Failed") return { ...base, phase: "Failed", message: PID1_ENDED };
     if (!alive(rec.nsInit)) {
+      if (this.#ended(rec, judge)) return { ...base, phase: "Failed", message: PID1_ENDED };
       // With cgroups, a holder that was started joined the sandbox's cgroup before exec, so its
       // process list is the whole search (a record may predate writing `cgroups` down).
       const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
@@ -810,6 +858,7 @@ export class LocalDriver implements Driver {
       rec = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
       this.#save(rec);
     }
+    if (rec.nsInit) this.#watched.set(rec.id, rec.nsInit);
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
     const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;
     return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
@@ -826,9 +875,22 @@ export class LocalDriver implements Driver {
     return { ...limits, network: rec.level !== "process" || this.#mode(rec.desired) === "host", disk: rec.disk !== undefined };
   }
 
+  /** Whether `rec`'s pid 1, found ended, is the one this driver saw running: then the sandbox's
+   * end, recorded (phase Failed). One never seen running (an agent restarted after a host reboot,
+   * a start that lost a race) is not: the pass starts it again, as before. Recorded only under
+   * the sandbox's lock (`record`), where no pass holds a copy of the record to write back. */
+  #ended(rec: SandboxRecord, record: boolean): boolean {
+    const seen = this.#watched.get(rec.id);
+    if (!seen || !rec.nsInit || seen.pid !== rec.nsInit.pid || seen.start !== rec.nsInit.start) return false;
+    if (!record) return true;
+    this.#watched.delete(rec.id);
+    this.#save({ ...rec, phase: "Failed" });
+    return true;
+  }
+
   async observe(id: string): Promise<SandboxObservation | undefined> {
     const rec = this.#record(id);
-    return rec && this.#observeRecord(rec);
+    return rec && this.#observeRecord(rec, false, false);
   }
 
   /** A template build step's network, like a sandbox's (builder/step-net.ts); undefined where
