@@ -485,7 +485,8 @@ export class LocalDriver implements Driver {
     const seen = this.#observeRecord(final);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
-    if (wantProcesses && seen.phase === "Failed" && !ended) throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
+    // One whose pid 1 this pass saw running and then found ended is over (#ended), not retried.
+    if (wantProcesses && seen.phase === "Failed" && this.#record(d.id)?.phase !== "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
     return seen;
   }
 
