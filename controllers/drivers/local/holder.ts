@@ -59,12 +59,12 @@ export function seccompMode(ref: ProcRef): number | undefined {
   }
 }
 
-/** One `/proc/<pid>/stat` read: the start time and the state (a zombie, Z, or dead, X, has
- * ended) come from the same line. */
+/** One `/proc/<pid>/stat` read: the start time, the state (a zombie, Z, or dead, X, has ended)
+ * and the flags (an exiting one, PF_EXITING, runs nothing more) come from the same line. */
 export function alive(ref: ProcRef | undefined): boolean {
   if (!ref) return false;
   const fields = statFields(ref.pid);
-  return fields !== undefined && fields[19] === ref.start && fields[0] !== "Z" && fields[0] !== "X";
+  return fields !== undefined && fields[19] === ref.start && fields[0] !== "Z" && fields[0] !== "X" && (Number(fields[6]) & PF_EXITING) === 0;
 }
 
 export interface StartedHolder {
@@ -180,9 +180,10 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
  * root inside before a Stop pause, may make it anything) and root inside may ptrace either (it
  * ends pid 1 that way), so a fork made there would pass -1000 on to tenant processes that the
  * OOM killer then never takes, and at a level without a memory cgroup a host OOM would kill host
- * processes instead. They stay ordinary candidates, the smallest of their sandbox: a sandbox
- * whose memory runs out loses its largest process first, and its pid 1 only when nothing else is
- * left. Set after the fork of pid 1, which so inherits nothing. */
+ * processes instead. They stay ordinary candidates, among the smallest of their sandbox: the
+ * OOM killer takes the largest process first, though memory that counts to no process (tmpfs,
+ * shm) can leave pid 1 (1-2 MB) next in line; a pid 1 that ends is restarted (local-driver.ts
+ * #checkWatched). Set after the fork of pid 1, which so inherits nothing. */
 function protectFromOOM(pids: number[]): void {
   for (const pid of pids) {
     try {

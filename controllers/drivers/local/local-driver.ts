@@ -19,6 +19,7 @@ import {
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, seccompMode, signalSandbox, startHolder } from "./holder.ts";
+import { restartWait, started as holderStarted, type RestartState } from "./restart-backoff.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
 import { parseIp, privateRange } from "../../../schema/egress/address.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -120,8 +121,6 @@ const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 /** How often the running sandboxes' pid 1s are looked at (#checkWatched). */
 const PID1_CHECK_MS = 1000;
 
-/** The observation's message for a sandbox whose pid 1 ended while it ran. */
-const PID1_ENDED = "the sandbox's init process (pid 1) ended, and every process of the sandbox with it (killed from inside, or by the OOM killer); its files stay until it is killed";
 
 /** The seccomp filter a holder for `d` loads, and its commands with it. */
 function filterFor(d: DesiredSandbox): FilterKind {
@@ -174,11 +173,13 @@ export class LocalDriver implements Driver {
   readonly #uids: UidRanges | undefined;
   /** Why there is no user namespace (sandboxes and build steps alike); undefined: there is. */
   readonly #usernsError: string | undefined;
-  /** The pid 1 this driver last saw running, per sandbox (#observeRecord): one found ended is the
-   * sandbox's end (#ended), not a start to retry. Left out once the driver ends it itself. */
+  /** The pid 1 of each running sandbox, set under the sandbox's lock where its record says so
+   * (#startHolder, a locked #observeRecord); left out once the driver ends it itself. */
   readonly #watched = new Map<string, ProcRef>();
-  /** Sandboxes whose ended pid 1 a check (#checkWatched) is waiting to record. */
+  /** Sandboxes whose ended pid 1 a check (#checkWatched) has handed to their lock. */
   readonly #ending = new Set<string>();
+  /** Per sandbox, its last holder start and the backoff of its restarts (restart-backoff.ts). */
+  readonly #restarts = new Map<string, RestartState>();
   readonly #watchTimer: NodeJS.Timeout;
   #changed: ((id: string) => void) | undefined;
 
@@ -263,17 +264,17 @@ export class LocalDriver implements Driver {
     this.#watchTimer = setInterval(() => this.#checkWatched(), PID1_CHECK_MS).unref();
   }
 
-  /** `listener` hears of each sandbox whose pid 1 ended by itself (root inside may kill it
-   * through ptrace, the OOM killer may take it), within about PID1_CHECK_MS: its next
-   * observation says Failed (the agent reconciles it and tells the edge). */
+  /** `listener` hears of each sandbox whose pid 1 ended by itself (root inside ended its `sleep`
+   * or ptrace-killed it, the OOM killer took it), within about PID1_CHECK_MS: the agent runs a
+   * pass, whose `ensure` starts it again (after the backoff of restart-backoff.ts). */
   onChange(listener: (id: string) => void): void {
     this.#changed = listener;
   }
 
   /** One `/proc/<pid>/stat` read per watched sandbox: nothing else tells the driver that a pid 1
    * ended (it is no child of the agent's, and an adopted one not even of its spawner's). Each
-   * ended one is recorded under its sandbox's lock, after any pass under way (which may be what
-   * ended it: a stop or destroy takes it out of #watched first). */
+   * ended one is looked at again under its sandbox's lock, after any pass under way (which may be
+   * what ended it: a stop or destroy takes it out of #watched first). */
   #checkWatched(): void {
     for (const [id, ref] of this.#watched) {
       if (alive(ref) || this.#ending.has(id)) continue;
@@ -281,7 +282,15 @@ export class LocalDriver implements Driver {
       void this.#locked(id, async () => {
         this.#ending.delete(id);
         const rec = this.#record(id);
-        if (rec && this.#observeRecord(rec).phase === "Failed") this.#changed?.(id);
+        // Gone, stopped, or a holder other than the one watched: nothing of this entry to report.
+        if (!rec || (rec.phase !== "Running" && rec.phase !== "Frozen") || rec.nsInit?.pid !== ref.pid || rec.nsInit.start !== ref.start) {
+          if (this.#watched.get(id) === ref) this.#watched.delete(id);
+          return;
+        }
+        if (this.#observeRecord(rec, false, true).phase !== "Failed") return;
+        // The pass it starts restarts it (ensure), and its start watches the new pid 1.
+        this.#watched.delete(id);
+        this.#changed?.(id);
       }).catch((err: Error) => console.warn(`local driver: sandbox ${id}: ${err.message}`));
     }
   }
@@ -463,12 +472,14 @@ export class LocalDriver implements Driver {
     // on the host, ~3 ms of the agent's CPU per warm member made (issue 16).
     let obs = this.#observeRecord(rec, created);
     const wantProcesses = wantsProcesses(d);
-    // Its pid 1 ended while it ran (#ended): as a VM whose init died, it stays Failed (the edge
-    // shows it so and kills it; a pool replaces it), not restarted with its processes gone. A
-    // holder the driver replaces on purpose (a recreate, a network move, a Stop pause) clears it.
-    const ended = this.#record(d.id)?.phase === "Failed";
-    if (wantProcesses && !ended && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
-      if (obs.phase === "Failed") await this.#endProcesses(rec);
+    if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
+      if (obs.phase === "Failed") {
+        // Its pid 1 ended (root inside ended its sleep, the OOM killer took it): a reboot, files
+        // kept, after the backoff when it ended soon after its last start. Not ready meanwhile.
+        const waiting = this.#restartWait(d.id);
+        if (waiting) return { ...obs, phase: "Pending", message: waiting };
+        await this.#endProcesses(rec);
+      }
       rec = await this.#start(this.#record(d.id) ?? rec, created);
       obs = this.#observeRecord(rec);
     }
@@ -485,8 +496,7 @@ export class LocalDriver implements Driver {
     const seen = this.#observeRecord(final);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
-    // One whose pid 1 this pass saw running and then found ended is over (#ended), not retried.
-    if (wantProcesses && seen.phase === "Failed" && this.#record(d.id)?.phase !== "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
+    if (wantProcesses && seen.phase === "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
     return seen;
   }
 
@@ -777,6 +787,8 @@ export class LocalDriver implements Driver {
     this.#holderChecked.add(rec.id);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
+    this.#watched.set(rec.id, started.nsInit);
+    this.#restarts.set(rec.id, holderStarted(this.#restarts.get(rec.id), Date.now()));
     return next;
   }
 
@@ -832,9 +844,10 @@ export class LocalDriver implements Driver {
   }
 
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create).
-   * `fresh`: the record was made in this pass, so no holder of it can run yet. `judge`: under the
-   * sandbox's lock, so a pid 1 found ended is recorded as the sandbox's end (#ended). */
-  #observeRecord(rec: SandboxRecord, fresh = false, judge = true): SandboxObservation {
+   * `fresh`: the record was made in this pass, so no holder of it can run yet. `locked`: under the
+   * sandbox's lock, so a running pid 1 found is watched (#checkWatched); unlocked observations
+   * (observe, list) may race a stop and never arm it. */
+  #observeRecord(rec: SandboxRecord, fresh = false, locked = true): SandboxObservation {
     const base = {
       id: rec.id,
       generation: rec.generation,
@@ -845,9 +858,7 @@ export class LocalDriver implements Driver {
       ...this.#holderConditions(rec.id),
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
-    if (rec.phase === "Failed") return { ...base, phase: "Failed", message: PID1_ENDED };
     if (!alive(rec.nsInit)) {
-      if (this.#ended(rec, judge)) return { ...base, phase: "Failed", message: PID1_ENDED };
       // With cgroups, a holder that was started joined the sandbox's cgroup before exec, so its
       // process list is the whole search (a record may predate writing `cgroups` down).
       const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
@@ -859,7 +870,7 @@ export class LocalDriver implements Driver {
       rec = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
       this.#save(rec);
     }
-    if (rec.nsInit) this.#watched.set(rec.id, rec.nsInit);
+    if (locked && rec.nsInit) this.#watched.set(rec.id, rec.nsInit);
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
     const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;
     return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
@@ -876,17 +887,19 @@ export class LocalDriver implements Driver {
     return { ...limits, network: rec.level !== "process" || this.#mode(rec.desired) === "host", disk: rec.disk !== undefined };
   }
 
-  /** Whether `rec`'s pid 1, found ended, is the one this driver saw running: then the sandbox's
-   * end, recorded (phase Failed). One never seen running (an agent restarted after a host reboot,
-   * a start that lost a race) is not: the pass starts it again, as before. Recorded only under
-   * the sandbox's lock (`record`), where no pass holds a copy of the record to write back. */
-  #ended(rec: SandboxRecord, record: boolean): boolean {
-    const seen = this.#watched.get(rec.id);
-    if (!seen || !rec.nsInit || seen.pid !== rec.nsInit.pid || seen.start !== rec.nsInit.start) return false;
-    if (!record) return true;
-    this.#watched.delete(rec.id);
-    this.#save({ ...rec, phase: "Failed" });
-    return true;
+  /** Empty when a sandbox whose pid 1 ended may start again now (logged, with its count); else
+   * why it waits (restart-backoff.ts). */
+  #restartWait(id: string): string {
+    const { wait, next } = restartWait(this.#restarts.get(id), Date.now());
+    const waitingAlready = this.#restarts.get(id)?.notBefore !== undefined;
+    this.#restarts.set(id, next);
+    if (wait === 0) {
+      console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended; starting it again (restart ${next.count}: files kept, processes gone)`);
+      return "";
+    }
+    const message = `its init process (pid 1) ended soon after its last start; started again in ${Math.ceil(wait / 1000)} s`;
+    if (!waitingAlready) console.warn(`local driver: sandbox ${id}: ${message}`);
+    return message;
   }
 
   async observe(id: string): Promise<SandboxObservation | undefined> {
@@ -945,9 +958,9 @@ export class LocalDriver implements Driver {
       ids: () => this.#record(id)?.userns ?? IDENTITY,
       target: () => {
         const now = this.#record(id);
-        // Alive with its recorded start, asked on every call: nothing tells the driver when pid 1
-        // ends (root inside can kill it through ptrace), and a view outlives the check at its
-        // creation. enter.pl checks the start again (the pid may be reused after this).
+        // Alive with its recorded start, asked on every call: the watch (#checkWatched) hears of
+        // an ended pid 1 only within about a second, its pid may be reused meanwhile, and a view
+        // outlives the check at its creation. enter.pl checks the start again (the pid may be reused after this).
         if (!now || now.phase === "Stopped" || !now.nsInit || !alive(now.nsInit)) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";
         // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
@@ -1145,6 +1158,7 @@ export class LocalDriver implements Driver {
       this.#holderChecked.delete(id);
       this.#outdatedClaimed.delete(id);
       this.#restarted.delete(id);
+      this.#restarts.delete(id);
     });
   }
 }

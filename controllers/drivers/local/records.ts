@@ -21,10 +21,8 @@ export interface SandboxRecord {
   desired: DesiredSandbox;
   createdAt: string;
   /** Pending: holder being started. Running: holder started. Frozen: paused by Freeze at a level
-   * whose freeze state cannot be read back from the kernel. Stopped: paused by Stop. Failed: its
-   * pid 1 ended while it ran (local-driver.ts #ended); not started again until its holder is
-   * replaced on purpose (a Stop pause, a recreate). */
-  phase: "Pending" | "Running" | "Frozen" | "Stopped" | "Failed";
+   * whose freeze state cannot be read back from the kernel. Stopped: paused by Stop. */
+  phase: "Pending" | "Running" | "Frozen" | "Stopped";
   cgroups?: CgroupSet;
   /** The process the driver spawned (bwrap, or the plain holder at `process` level). */
   holder?: ProcRef;
