@@ -1,6 +1,6 @@
 // What the local driver's watch of its sandboxes' pid 1s (local-driver.ts #checkWatched, one
 // /proc/<pid>/stat read per running sandbox each second) costs an idle agent: N sandboxes made
-// once, then drivers of two checkouts (A: before the watch, B: with it) adopt them in turn, each
+// once, then drivers of two checkouts (A and B) adopt them in turn (a list and a pass each), each
 // in a process of its own that measures its own CPU (utime + stime) over a quiet window.
 // Usage (as root, under the machine's test lock):
 //   node bench/pid1-watch.ts <checkout A> <checkout B> [sandboxes=50] [rounds=5] [windowS=10]
@@ -24,16 +24,20 @@ async function driverFrom(checkout: string, dataDir: string, cgroupName: string)
   return new LocalDriver({ dataDir, cgroupName });
 }
 
+const desired = (i: number) => ({ id: `pw${i}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 128 }, allowInternetAccess: false });
+
 if (role) {
   // One side: adopt every sandbox (one observation each, as an agent's restart does), then sit.
   const [checkout, dataDir, cgroupName, what] = process.argv.slice(2) as [string, string, string, string];
   const driver = await driverFrom(checkout, dataDir, cgroupName);
   if (what === "make") {
     await Promise.all(Array.from({ length: Number(process.env.PID1_WATCH_N) }, (_, i) =>
-      driver.ensure({ id: `pw${i}`, generation: 1, template: "base", state: "Running", pauseStrategy: "Freeze", resources: { cpuCount: 1, memoryMB: 128 }, allowInternetAccess: false })));
+      driver.ensure(desired(i))));
   } else if (what === "destroy") {
     for (const s of await driver.list()) await driver.destroy(s.id);
   } else {
+    // A pass each, as an agent's inventory runs: the watch is armed under the sandbox's lock.
+    for (let i = 0; i < Number(process.env.PID1_WATCH_N); i++) await driver.ensure(desired(i));
     const running = (await driver.list()).filter((s: { phase: string }) => s.phase === "Running").length;
     await new Promise((r) => setTimeout(r, 2000));
     const t0 = cpuUs();

@@ -18,7 +18,7 @@ import {
   type SnapshotRef,
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
-import { alive, discoverHolder, seccompMode, signalSandbox, startHolder } from "./holder.ts";
+import { alive, discoverHolder, seccompMode, signalSandbox, startHolder, StatHandle } from "./holder.ts";
 import { restartWait, started as holderStarted, type RestartState } from "./restart-backoff.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
 import { parseIp, privateRange } from "../../../schema/egress/address.ts";
@@ -175,7 +175,7 @@ export class LocalDriver implements Driver {
   readonly #usernsError: string | undefined;
   /** The pid 1 of each running sandbox, set under the sandbox's lock where its record says so
    * (#startHolder, a locked #observeRecord); left out once the driver ends it itself. */
-  readonly #watched = new Map<string, ProcRef>();
+  readonly #watched = new Map<string, StatHandle>();
   /** Sandboxes whose ended pid 1 a check (#checkWatched) has handed to their lock. */
   readonly #ending = new Set<string>();
   /** Per sandbox, its last holder start and the backoff of its restarts (restart-backoff.ts). */
@@ -276,20 +276,21 @@ export class LocalDriver implements Driver {
    * ended one is looked at again under its sandbox's lock, after any pass under way (which may be
    * what ended it: a stop or destroy takes it out of #watched first). */
   #checkWatched(): void {
-    for (const [id, ref] of this.#watched) {
-      if (alive(ref) || this.#ending.has(id)) continue;
+    for (const [id, handle] of this.#watched) {
+      if (!handle.ended() || this.#ending.has(id)) continue;
+      const { ref } = handle;
       this.#ending.add(id);
       void this.#locked(id, async () => {
         this.#ending.delete(id);
         const rec = this.#record(id);
         // Gone, stopped, or a holder other than the one watched: nothing of this entry to report.
         if (!rec || (rec.phase !== "Running" && rec.phase !== "Frozen") || rec.nsInit?.pid !== ref.pid || rec.nsInit.start !== ref.start) {
-          if (this.#watched.get(id) === ref) this.#watched.delete(id);
+          if (this.#watched.get(id) === handle) this.#unwatch(id);
           return;
         }
         if (this.#observeRecord(rec, false, true).phase !== "Failed") return;
         // The pass it starts restarts it (ensure), and its start watches the new pid 1.
-        this.#watched.delete(id);
+        this.#unwatch(id);
         this.#changed?.(id);
       }).catch((err: Error) => console.warn(`local driver: sandbox ${id}: ${err.message}`));
     }
@@ -304,7 +305,6 @@ export class LocalDriver implements Driver {
   /** Removes the driver's (empty) parent cgroups and spare disks and stops its spawner; sandboxes
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
-    clearInterval(this.#watchTimer);
     if (this.#cgroups) removeParents(this.#cgroups);
     await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose(), ...this.#trashRemovals]);
     void this.#spawner.dispose();
@@ -316,6 +316,7 @@ export class LocalDriver implements Driver {
    * helpers of its own) leaves nothing of them in /tmp. */
   closeHelpers(): void {
     clearInterval(this.#watchTimer);
+    for (const id of [...this.#watched.keys()]) this.#unwatch(id);
     this.#relay.dispose();
     this.#egress.dispose();
   }
@@ -787,7 +788,7 @@ export class LocalDriver implements Driver {
     this.#holderChecked.add(rec.id);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
-    this.#watched.set(rec.id, started.nsInit);
+    this.#watch(rec.id, started.nsInit);
     this.#restarts.set(rec.id, holderStarted(this.#restarts.get(rec.id), Date.now()));
     return next;
   }
@@ -820,7 +821,7 @@ export class LocalDriver implements Driver {
    * (every process of such a sandbox is in the agent's namespace, with its marker). */
   async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit"> & { level?: SandboxRecord["level"] }): Promise<void> {
     // Ended on purpose: not a death for #checkWatched to report.
-    this.#watched.delete(rec.id);
+    this.#unwatch(rec.id);
     // An open listener would keep the sandbox's network namespace alive.
     await this.#relay.closeEgress(rec.id);
     const cgroups = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
@@ -870,7 +871,7 @@ export class LocalDriver implements Driver {
       rec = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
       this.#save(rec);
     }
-    if (locked && rec.nsInit) this.#watched.set(rec.id, rec.nsInit);
+    if (locked && rec.nsInit) this.#watch(rec.id, rec.nsInit);
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
     const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;
     return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
@@ -885,6 +886,22 @@ export class LocalDriver implements Driver {
   #enforced(rec: SandboxRecord): SandboxObservation["enforced"] {
     const limits = rec.cgroups ? this.capabilities.limits : { cpu: false, memory: false, pids: false };
     return { ...limits, network: rec.level !== "process" || this.#mode(rec.desired) === "host", disk: rec.disk !== undefined };
+  }
+
+  /** Watches `ref`, the running pid 1 of sandbox `id`: one descriptor of its /proc/<pid>/stat,
+   * kept while it is the sandbox's pid 1 (#checkWatched). */
+  #watch(id: string, ref: ProcRef): void {
+    const now = this.#watched.get(id);
+    if (now && now.ref.pid === ref.pid && now.ref.start === ref.start) return;
+    now?.close();
+    const handle = StatHandle.open(ref);
+    if (handle) this.#watched.set(id, handle);
+    else this.#watched.delete(id);
+  }
+
+  #unwatch(id: string): void {
+    this.#watched.get(id)?.close();
+    this.#watched.delete(id);
   }
 
   /** Empty when a sandbox whose pid 1 ended may start again now (logged, with its count); else
