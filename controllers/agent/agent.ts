@@ -163,6 +163,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       for (const w of done) link.ack({ seq: w.seq, sandboxId: id, generation: w.generation, result, message, ...(w.generation === generation && snapshotError ? { snapshotError } : {}) });
     },
   });
+  // A sandbox whose pid 1 ended by itself: its next pass starts it again (a reboot, files kept).
+  if (driver instanceof LocalDriver) driver.onChange((sid) => reconciler.queue.add(sid, { urgent: store.get(sid)?.owner.kind === "sandbox" }));
 
   // A line about a sandbox written while it is brought to a traced intent carries that trace's id.
   const untrace = traceLogsBy((fields) => (typeof fields.sandboxId === "string" ? reconciler.traceIdOf(fields.sandboxId) : undefined));

@@ -59,14 +59,84 @@ export function seccompMode(ref: ProcRef): number | undefined {
   }
 }
 
+/** One `/proc/<pid>/stat` read: the start time, the state (a zombie, Z, or dead, X, has ended)
+ * and the flags (an exiting one, PF_EXITING, runs nothing more) come from the same line. */
 export function alive(ref: ProcRef | undefined): boolean {
   if (!ref) return false;
-  const start = procStart(ref.pid);
-  if (start !== ref.start) return false;
+  const fields = statFields(ref.pid);
+  return fields !== undefined && fields[19] === ref.start && fields[0] !== "Z" && fields[0] !== "X" && (Number(fields[6]) & PF_EXITING) === 0;
+}
+
+/** Enough of `/proc/<pid>/stat` for the state and the flags (field 9): a pid, a command name of at
+ * most 15 bytes and six numbers. Shared: reads are synchronous. */
+const STAT_HEAD = Buffer.alloc(128);
+const CLOSE_PAREN = 0x29;
+const SPACE = 0x20;
+
+/**
+ * A running process's `/proc/<pid>/stat`, opened once (its start checked then) and kept: the
+ * descriptor stays bound to that process, so once it is reaped every read fails (ESRCH), whoever
+ * has the pid then. A look (`ended`) is one pread of the line's head, no string made: a zombie
+ * (Z), a dead (X) or an exiting (PF_EXITING) process has ended, as in `alive`.
+ */
+export class StatHandle {
+  readonly ref: ProcRef;
+  #fd: number | undefined;
+
+  private constructor(ref: ProcRef, fd: number) {
+    this.ref = ref;
+    this.#fd = fd;
+  }
+
+  /** The handle of `ref` while it runs; undefined when it has ended or the pid is another's. */
+  static open(ref: ProcRef): StatHandle | undefined {
+    let fd: number;
+    try {
+      fd = openSync(`/proc/${ref.pid}/stat`, "r");
+    } catch {
+      return undefined;
+    }
+    // Checked through the descriptor itself: the process it names is the one recorded.
+    const h = new StatHandle(ref, fd);
+    if (!h.ended() && statFieldsOf(fd)?.[19] === ref.start) return h;
+    h.close();
+    return undefined;
+  }
+
+  ended(): boolean {
+    if (this.#fd === undefined) return true;
+    let n: number;
+    try {
+      n = readSync(this.#fd, STAT_HEAD, 0, STAT_HEAD.length, 0);
+    } catch {
+      return true;
+    }
+    const paren = STAT_HEAD.lastIndexOf(CLOSE_PAREN, n - 1);
+    if (paren < 0 || paren + 2 >= n) return true;
+    const state = STAT_HEAD[paren + 2];
+    if (state === 0x5a /* Z */ || state === 0x58 /* X */) return true;
+    // The flags: the 6th field after the state (fields[6] of statFields).
+    let at = paren + 2;
+    for (let spaces = 0; spaces < 6 && at < n; at++) if (STAT_HEAD[at] === SPACE) spaces++;
+    let flags = 0;
+    for (; at < n && STAT_HEAD[at]! >= 0x30 && STAT_HEAD[at]! <= 0x39; at++) flags = flags * 10 + STAT_HEAD[at]! - 0x30;
+    return (flags & PF_EXITING) !== 0;
+  }
+
+  close(): void {
+    if (this.#fd !== undefined) closeSync(this.#fd);
+    this.#fd = undefined;
+  }
+}
+
+/** `statFields`, read through an open descriptor. */
+function statFieldsOf(fd: number): string[] | undefined {
   try {
-    return !/^State:\s+Z/m.test(readFileSync(`/proc/${ref.pid}/status`, "utf8"));
+    const buf = Buffer.alloc(1024);
+    const stat = buf.toString("latin1", 0, readSync(fd, buf, 0, buf.length, 0));
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   } catch {
-    return false;
+    return undefined;
   }
 }
 
@@ -166,7 +236,8 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
       for (const ref of [nsInit, holder]) if (alive(ref)) process.kill(ref.pid, "SIGKILL");
       throw err;
     }
-    protectFromOOM([pid, initPid, ...childrenOf(initPid)]);
+    // The holder only: bwrap's pid 1 and its `sleep` are inside the sandbox (see protectFromOOM).
+    protectFromOOM([pid]);
     return { holder, nsInit };
   } finally {
     info?.destroy();
@@ -175,9 +246,17 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
 }
 
 
-/** The memory-limit OOM killer takes a sandbox's own processes, never its holder: losing the
- * holder would end the whole sandbox. Processes that join later are not its children, so they
- * do not inherit this. */
+/** The OOM killer never takes a holder the driver started (bwrap in the agent's pid namespace,
+ * or `sleep` at `process` level, where it is the sandbox): a host binary no process of the
+ * sandbox can name, let alone ptrace. (At bwrap levels the sandbox's pid 1 outlives it: killed,
+ * the sandbox ran on.) Not the sandbox's pid 1 nor its `sleep`: `sleep` is the template's binary (a build, or
+ * root inside before a Stop pause, may make it anything) and root inside may ptrace either (it
+ * ends pid 1 that way), so a fork made there would pass -1000 on to tenant processes that the
+ * OOM killer then never takes, and at a level without a memory cgroup a host OOM would kill host
+ * processes instead. They stay ordinary candidates, among the smallest of their sandbox: the
+ * OOM killer takes the largest process first, though memory that counts to no process (tmpfs,
+ * shm) can leave pid 1 (1-2 MB) next in line; a pid 1 that ends is restarted (local-driver.ts
+ * #checkWatched). Set after the fork of pid 1, which so inherits nothing. */
 function protectFromOOM(pids: number[]): void {
   for (const pid of pids) {
     try {

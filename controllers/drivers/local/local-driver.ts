@@ -18,7 +18,8 @@ import {
   type SnapshotRef,
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
-import { alive, discoverHolder, seccompMode, signalSandbox, startHolder } from "./holder.ts";
+import { alive, discoverHolder, seccompMode, signalSandbox, startHolder, StatHandle } from "./holder.ts";
+import { restartWait, started as holderStarted, type RestartState } from "./restart-backoff.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
 import { parseIp, privateRange } from "../../../schema/egress/address.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -117,6 +118,15 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
+/** How often the running sandboxes' pid 1s are looked at (#checkWatched). */
+const PID1_CHECK_MS = 1000;
+
+
+/** The seccomp filter a holder for `d` loads, and its commands with it. */
+function filterFor(d: DesiredSandbox): FilterKind {
+  return d.nestedUserNamespaces ? "nestedUserns" : "default";
+}
+
 export class LocalDriver implements Driver {
   readonly name = "local";
   readonly capabilities: DriverCapabilities;
@@ -163,6 +173,15 @@ export class LocalDriver implements Driver {
   readonly #uids: UidRanges | undefined;
   /** Why there is no user namespace (sandboxes and build steps alike); undefined: there is. */
   readonly #usernsError: string | undefined;
+  /** The pid 1 of each running sandbox, set under the sandbox's lock where its record says so
+   * (#startHolder, a locked #observeRecord); left out once the driver ends it itself. */
+  readonly #watched = new Map<string, StatHandle>();
+  /** Sandboxes whose ended pid 1 a check (#checkWatched) has handed to their lock. */
+  readonly #ending = new Set<string>();
+  /** Per sandbox, its last holder start and the backoff of its restarts (restart-backoff.ts). */
+  readonly #restarts = new Map<string, RestartState>();
+  readonly #watchTimer: NodeJS.Timeout;
+  #changed: ((id: string) => void) | undefined;
 
   constructor(opts: LocalDriverOptions) {
     const envMask = process.env.KRUISE_EGRESS_CT_MARK_MASK;
@@ -242,6 +261,39 @@ export class LocalDriver implements Driver {
       unmountDiskSync(join(dir, "disk"));
     }
     if (trash.length) this.#emptyTrash(trash);
+    this.#watchTimer = setInterval(() => this.#checkWatched(), PID1_CHECK_MS).unref();
+  }
+
+  /** `listener` hears of each sandbox whose pid 1 ended by itself (root inside ended its `sleep`
+   * or ptrace-killed it, the OOM killer took it), within about PID1_CHECK_MS: the agent runs a
+   * pass, whose `ensure` starts it again (after the backoff of restart-backoff.ts). */
+  onChange(listener: (id: string) => void): void {
+    this.#changed = listener;
+  }
+
+  /** One `/proc/<pid>/stat` read per watched sandbox: nothing else tells the driver that a pid 1
+   * ended (it is no child of the agent's, and an adopted one not even of its spawner's). Each
+   * ended one is looked at again under its sandbox's lock, after any pass under way (which may be
+   * what ended it: a stop or destroy takes it out of #watched first). */
+  #checkWatched(): void {
+    for (const [id, handle] of this.#watched) {
+      if (!handle.ended() || this.#ending.has(id)) continue;
+      const { ref } = handle;
+      this.#ending.add(id);
+      void this.#locked(id, async () => {
+        this.#ending.delete(id);
+        const rec = this.#record(id);
+        // Gone, stopped, or a holder other than the one watched: nothing of this entry to report.
+        if (!rec || (rec.phase !== "Running" && rec.phase !== "Frozen") || rec.nsInit?.pid !== ref.pid || rec.nsInit.start !== ref.start) {
+          if (this.#watched.get(id) === handle) this.#unwatch(id);
+          return;
+        }
+        if (this.#observeRecord(rec, false, true).phase !== "Failed") return;
+        // The pass it starts restarts it (ensure), and its start watches the new pid 1.
+        this.#unwatch(id);
+        this.#changed?.(id);
+      }).catch((err: Error) => console.warn(`local driver: sandbox ${id}: ${err.message}`));
+    }
   }
 
   /** Unmounts and deletes the spare disks (an agent that stops its sandboxes leaves no loop
@@ -263,6 +315,8 @@ export class LocalDriver implements Driver {
    * agent that exits leaving its sandboxes running (they are adopted by the next one, which starts
    * helpers of its own) leaves nothing of them in /tmp. */
   closeHelpers(): void {
+    clearInterval(this.#watchTimer);
+    for (const id of [...this.#watched.keys()]) this.#unwatch(id);
     this.#relay.dispose();
     this.#egress.dispose();
   }
@@ -420,7 +474,13 @@ export class LocalDriver implements Driver {
     let obs = this.#observeRecord(rec, created);
     const wantProcesses = wantsProcesses(d);
     if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
-      if (obs.phase === "Failed") await this.#endProcesses(rec);
+      if (obs.phase === "Failed") {
+        // Its pid 1 ended (root inside ended its sleep, the OOM killer took it): a reboot, files
+        // kept, after the backoff when it ended soon after its last start. Not ready meanwhile.
+        const waiting = this.#restartWait(d.id);
+        if (waiting) return { ...obs, phase: "Pending", message: waiting };
+        await this.#endProcesses(rec);
+      }
       rec = await this.#start(this.#record(d.id) ?? rec, created);
       obs = this.#observeRecord(rec);
     }
@@ -668,8 +728,11 @@ export class LocalDriver implements Driver {
   }
 
   /** What a holder about to start is recorded with before it starts: its cgroups, whether it is
-   * on the host's network, its address (leased here) and its nonce. */
-  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net" | "holderNonce"> {
+   * on the host's network, its address (leased here), its nonce and its seccomp filter. The
+   * filter too: an agent stopped between the start and the write after it leaves this record,
+   * and the next one finds the holder by its nonce (#observeRecord) and has its commands load
+   * the filter the record names (view target), which must be the one its pid 1 runs under. */
+  #holderPlan(rec: SandboxRecord): Pick<SandboxRecord, "cgroups" | "sharesHostNet" | "net" | "holderNonce" | "filter"> {
     const ns = this.capabilities.level !== "process";
     const hostNet = this.#wantsHostNet(rec.desired);
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? this.#net.keep(rec.net?.address, layoutFor(this.#dataDir, rec.id).record) : undefined;
@@ -678,6 +741,7 @@ export class LocalDriver implements Driver {
       sharesHostNet: ns ? hostNet : undefined,
       net: address ? { address } : rec.net && { address: rec.net.address },
       holderNonce: randomBytes(16).toString("hex"),
+      filter: this.#seccomp && ns ? filterFor(rec.desired) : undefined,
     };
   }
 
@@ -694,8 +758,8 @@ export class LocalDriver implements Driver {
     }
     const ns = this.capabilities.level !== "process";
     const hostNet = next.sharesHostNet === true;
-    // Fixed for the holder's life, and recorded: its commands load the same one (view target).
-    const filter: FilterKind = rec.desired.nestedUserNamespaces ? "nestedUserns" : "default";
+    // Fixed for the holder's life, and recorded with the plan: its commands load the same one.
+    const filter = filterFor(rec.desired);
     // A sandbox with internet access gets its veth while bwrap is still mounting its root.
     const address = ns && !hostNet && this.#net && this.#mode(rec.desired) === "host" ? next.net?.address : undefined;
     let veth: string | undefined;
@@ -722,8 +786,10 @@ export class LocalDriver implements Driver {
       this.#restarted.set(rec.id, lacked);
     }
     this.#holderChecked.add(rec.id);
-    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth }, ...(this.#seccomp && ns ? { filter } : {}) };
+    next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
+    this.#watch(rec.id, started.nsInit);
+    this.#restarts.set(rec.id, holderStarted(this.#restarts.get(rec.id), Date.now()));
     return next;
   }
 
@@ -754,6 +820,8 @@ export class LocalDriver implements Driver {
    * with no level (no record), the pid-namespace scan, which at `process` level finds the same
    * (every process of such a sandbox is in the agent's namespace, with its marker). */
   async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit"> & { level?: SandboxRecord["level"] }): Promise<void> {
+    // Ended on purpose: not a death for #checkWatched to report.
+    this.#unwatch(rec.id);
     // An open listener would keep the sandbox's network namespace alive.
     await this.#relay.closeEgress(rec.id);
     const cgroups = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
@@ -777,8 +845,10 @@ export class LocalDriver implements Driver {
   }
 
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create).
-   * `fresh`: the record was made in this pass, so no holder of it can run yet. */
-  #observeRecord(rec: SandboxRecord, fresh = false): SandboxObservation {
+   * `fresh`: the record was made in this pass, so no holder of it can run yet. `locked`: under the
+   * sandbox's lock, so a running pid 1 found is watched (#checkWatched); unlocked observations
+   * (observe, list) may race a stop and never arm it. */
+  #observeRecord(rec: SandboxRecord, fresh = false, locked = true): SandboxObservation {
     const base = {
       id: rec.id,
       generation: rec.generation,
@@ -801,6 +871,7 @@ export class LocalDriver implements Driver {
       rec = { ...rec, ...found, phase: rec.phase === "Frozen" ? "Frozen" : "Running" };
       this.#save(rec);
     }
+    if (locked && rec.nsInit) this.#watch(rec.id, rec.nsInit);
     const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
     const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;
     return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
@@ -817,9 +888,40 @@ export class LocalDriver implements Driver {
     return { ...limits, network: rec.level !== "process" || this.#mode(rec.desired) === "host", disk: rec.disk !== undefined };
   }
 
+  /** Watches `ref`, the running pid 1 of sandbox `id`: one descriptor of its /proc/<pid>/stat,
+   * kept while it is the sandbox's pid 1 (#checkWatched). */
+  #watch(id: string, ref: ProcRef): void {
+    const now = this.#watched.get(id);
+    if (now && now.ref.pid === ref.pid && now.ref.start === ref.start) return;
+    now?.close();
+    const handle = StatHandle.open(ref);
+    if (handle) this.#watched.set(id, handle);
+    else this.#watched.delete(id);
+  }
+
+  #unwatch(id: string): void {
+    this.#watched.get(id)?.close();
+    this.#watched.delete(id);
+  }
+
+  /** Empty when a sandbox whose pid 1 ended may start again now (logged, with its count); else
+   * why it waits (restart-backoff.ts). */
+  #restartWait(id: string): string {
+    const { wait, next } = restartWait(this.#restarts.get(id), Date.now());
+    const waitingAlready = this.#restarts.get(id)?.notBefore !== undefined;
+    this.#restarts.set(id, next);
+    if (wait === 0) {
+      console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended; starting it again (restart ${next.count}: files kept, processes gone)`);
+      return "";
+    }
+    const message = `its init process (pid 1) ended soon after its last start; started again in ${Math.ceil(wait / 1000)} s`;
+    if (!waitingAlready) console.warn(`local driver: sandbox ${id}: ${message}`);
+    return message;
+  }
+
   async observe(id: string): Promise<SandboxObservation | undefined> {
     const rec = this.#record(id);
-    return rec && this.#observeRecord(rec);
+    return rec && this.#observeRecord(rec, false, false);
   }
 
   /** A template build step's network, like a sandbox's (builder/step-net.ts); undefined where
@@ -873,9 +975,9 @@ export class LocalDriver implements Driver {
       ids: () => this.#record(id)?.userns ?? IDENTITY,
       target: () => {
         const now = this.#record(id);
-        // Alive with its recorded start, asked on every call: nothing tells the driver when pid 1
-        // ends (root inside can kill it through ptrace), and a view outlives the check at its
-        // creation. enter.pl checks the start again (the pid may be reused after this).
+        // Alive with its recorded start, asked on every call: the watch (#checkWatched) hears of
+        // an ended pid 1 only within about a second, its pid may be reused meanwhile, and a view
+        // outlives the check at its creation. enter.pl checks the start again (the pid may be reused after this).
         if (!now || now.phase === "Stopped" || !now.nsInit || !alive(now.nsInit)) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";
         // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
@@ -1073,6 +1175,7 @@ export class LocalDriver implements Driver {
       this.#holderChecked.delete(id);
       this.#outdatedClaimed.delete(id);
       this.#restarted.delete(id);
+      this.#restarts.delete(id);
     });
   }
 }

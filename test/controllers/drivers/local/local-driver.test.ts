@@ -7,15 +7,16 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
-import { discoverHolder } from "../../../../controllers/drivers/local/holder.ts";
+import { discoverHolder, HOLDER_NONCE_ENV } from "../../../../controllers/drivers/local/holder.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { MARKER_ENV } from "../../../../controllers/drivers/local/local-view.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
+import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
 import { spawnHost } from "../../../../controllers/runtime/process/launcher.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
-import { desiredSandbox, destroyAll, shIn, USER } from "./fixture.ts";
+import { desiredSandbox, destroyAll, pollUntil, shIn, USER } from "./fixture.ts";
 
 const dataDir = mkdtempSync(join(tmpdir(), "local-driver-specific-"));
 const cgroupName = `kruise-test-${process.pid}-specific`;
@@ -82,6 +83,63 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     expect(discoverHolder(d.id, rec.holderNonce)).toEqual({ holder: rec.holder, nsInit: rec.nsInit });
     expect(discoverHolder(d.id, "0".repeat(32))).toBeUndefined();
     await driver.destroy(d.id);
+  });
+
+  it("an agent stopped between a holder's start and the record write after it: the next one finds the holder, and its commands load the filter it started with", async () => {
+    // The record as it is when the holder is forked (written before the start, #holderPlan),
+    // kept by a spawner that copies it at that moment.
+    const atStart = new Map<string, string>();
+    class CrashPoint extends Spawner {
+      override spawn(...args: Parameters<Spawner["spawn"]>) {
+        const [cmd] = args;
+        const id = cmd.env?.[MARKER_ENV];
+        if (id && cmd.env?.[HOLDER_NONCE_ENV]) atStart.set(id, readFileSync(layoutFor(dataDir, id).record, "utf8"));
+        return super.spawn(...args);
+      }
+    }
+    const crashing = new LocalDriver({ dataDir, cgroupName, spawner: new CrashPoint() });
+    // nestedUserNamespaces: its filter lets commands make user namespaces; the default refuses.
+    const d = desired({ nestedUserNamespaces: true });
+    const before = await crashing.ensure(d);
+    expect(before.phase).toBe("Running");
+    expect((await sh(d.id, "unshare -Ur id -u 2>&1", USER, crashing)).stdout).toBe("0\n");
+    await crashing.dispose();
+    // The agent died before its write after the start: the record is the one written before it.
+    const planned = atStart.get(d.id)!;
+    expect(JSON.parse(planned)).toMatchObject({ phase: "Pending", holderNonce: expect.any(String) });
+    writeFileSync(layoutFor(dataDir, d.id).record, planned);
+    const restarted = new LocalDriver({ dataDir, cgroupName });
+    try {
+      expect(await restarted.observe(d.id)).toMatchObject({ phase: "Running", incarnation: before.incarnation });
+      expect((await sh(d.id, "unshare -Ur id -u 2>&1", USER, restarted)).stdout).toBe("0\n");
+    } finally {
+      await restarted.dispose();
+    }
+    await driver.destroy(d.id);
+  });
+
+  it("only the holder outside the sandbox is kept from the OOM killer: its pid 1, its sleep and what a tenant's sleep forks stay candidates", async () => {
+    const adj = (pid: number) => readFileSync(`/proc/${pid}/oom_score_adj`, "utf8").trim();
+    const children = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+    const d = desired();
+    await driver.ensure(d);
+    const rec = readRecord(layoutFor(dataDir, d.id).record)!;
+    expect([adj(rec.nsInit!.pid), ...children(rec.nsInit!.pid).map(adj)]).toEqual(["0", "0"]);
+    // -1000 needs CAP_SYS_RESOURCE, which an agent in a container may lack (this project's test
+    // machine does: every protection write fails there, and the holder stays at 0).
+    const capEff = BigInt(`0x${/^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))![1]}`);
+    const holderAdj = (capEff >> 24n) & 1n ? "-1000" : "0";
+    if (!rec.root) return void expect(adj(rec.holder!.pid)).toBe(holderAdj);
+    // The holder's `sleep` is the sandbox's own /usr/bin/sleep: root inside makes it perl, which
+    // runs `/infinity` (bwrap starts it as `sleep infinity` in `/`), a script that forks once the
+    // start is over and keeps both processes.
+    const script = 'sleep 2; if (!fork()) { open(my $f, ">", "/tmp/forked"); print $f $$; close($f); } sleep 1000 while 1;';
+    expect((await sh(d.id, `cp --remove-destination /usr/bin/perl /usr/bin/sleep 2>&1 && echo '${script}' > /infinity && echo ok`, ROOT)).stdout).toBe("ok\n");
+    await driver.ensure({ ...d, generation: 2, state: "Paused", pauseStrategy: "Stop" });
+    expect((await driver.ensure({ ...d, generation: 3 })).phase).toBe("Running");
+    const forked = await pollUntil(() => sh(d.id, "cat /proc/$(cat /tmp/forked)/oom_score_adj 2>/dev/null").then((r) => r.stdout), (out) => out !== "");
+    expect(forked).toBe("0\n");
+    expect(adj(readRecord(layoutFor(dataDir, d.id).record)!.holder!.pid)).toBe(holderAdj);
   });
 
   it("root inside has uid 0 with a container's capabilities in its user namespace, and the base system is read-only from inside and through toHost", async () => {

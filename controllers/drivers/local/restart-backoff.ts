@@ -1,0 +1,48 @@
+/**
+ * When a sandbox whose init process (pid 1) ended is started again (local-driver.ts ensure). Root
+ * inside ends pid 1 with an everyday command (`pkill sleep`, `kill -9 -1`: bwrap's init exits with
+ * its first child), so the sandbox is rebooted, as Kubernetes restarts a dead container: files
+ * kept, processes gone. One ended soon after its last start waits first, so a tenant killing it in
+ * a loop costs the host a start per RESTART_MAX_MS rather than a busy loop.
+ */
+
+/** A restart within this long of the last start, itself a restart, waits (RESTART_FIRST_MS, then
+ * doubling). */
+export const RESTART_QUICK_MS = 10_000;
+export const RESTART_FIRST_MS = 1_000;
+export const RESTART_MAX_MS = 60_000;
+/** Up this long: the next restart starts the backoff over. */
+export const RESTART_RESET_MS = 600_000;
+
+export interface RestartState {
+  /** When its holder last started (ms). */
+  startedAt: number;
+  /** The last wait (ms); 0: none yet. */
+  delay: number;
+  /** Restarts after pid 1 ended, for the log. */
+  count: number;
+  /** A wait under way: no restart before this (ms). */
+  notBefore?: number;
+}
+
+/** A holder started at `now` (a create, a resume, a restart). */
+export function started(s: RestartState | undefined, now: number): RestartState {
+  return { startedAt: now, delay: s?.delay ?? 0, count: s?.count ?? 0 };
+}
+
+/** Whether a sandbox whose pid 1 ended may start again at `now`: `wait` ms first (0: now), and
+ * its state after this answer (`count` is the restart's number when `wait` is 0). */
+export function restartWait(s: RestartState | undefined, now: number): { wait: number; next: RestartState } {
+  if (!s) return { wait: 0, next: { startedAt: now, delay: 0, count: 1 } };
+  if (s.notBefore !== undefined) {
+    return s.notBefore > now ? { wait: s.notBefore - now, next: s } : { wait: 0, next: { startedAt: now, delay: s.delay, count: s.count + 1 } };
+  }
+  const up = now - s.startedAt;
+  const delay = up >= RESTART_RESET_MS ? 0 : s.delay;
+  // The first restart is prompt (one kill is an accident); a quick one after a restart waits.
+  if (up < RESTART_QUICK_MS && s.count > 0) {
+    const wait = delay ? Math.min(2 * delay, RESTART_MAX_MS) : RESTART_FIRST_MS;
+    return { wait, next: { ...s, delay: wait, notBefore: now + wait } };
+  }
+  return { wait: 0, next: { startedAt: now, delay, count: s.count + 1 } };
+}
