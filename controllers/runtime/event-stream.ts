@@ -1,11 +1,11 @@
 // Turns a push source (process output, directory events) into the pull stream a Connect
 // server-streaming handler returns, adding keepalive messages while the source is quiet.
-import type { HandlerContext } from "@connectrpc/connect";
+import type { RpcContext } from "./request-context.ts";
 
 /** envd's default when the client sends no Keepalive-Ping-Interval. */
 const DEFAULT_KEEPALIVE_S = 90;
 
-export function keepaliveMs(ctx: HandlerContext): number {
+export function keepaliveMs(ctx: RpcContext): number {
   const s = Number(ctx.requestHeader.get("keepalive-ping-interval"));
   return (Number.isFinite(s) && s > 0 ? s : DEFAULT_KEEPALIVE_S) * 1000;
 }
@@ -18,7 +18,7 @@ export interface Source<T> {
 /** Yields items as they arrive and `keepalive()` after each quiet interval (the ticker restarts
  * whenever something is sent, as envd's does). Ends after the item pushed with `end`, or when
  * the request is cancelled or its deadline passes. */
-export async function* withKeepalive<T>(ctx: HandlerContext, source: Source<T>, keepalive: () => T): AsyncGenerator<T> {
+export async function* withKeepalive<T>(ctx: RpcContext, source: Source<T>, keepalive: () => T): AsyncGenerator<T> {
   const interval = keepaliveMs(ctx);
   const queue: T[] = [];
   let ended = false;

@@ -6,11 +6,13 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { filesystemService } from "./filesystem/service.ts";
 import { processService } from "./process/service.ts";
+import { serveStart, servesStart } from "./process/start-stream.ts";
 import { sandboxKey } from "./request-context.ts";
 import type { RuntimeSandbox } from "./sandbox.ts";
 
-export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox | undefined): (req: IncomingMessage, res: ServerResponse) => void {
-  return connectNodeAdapter({
+/** `leanStart: false`: Start through Connect too (test/runtime/start-stream.test.ts compares the two). */
+export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox | undefined, opts: { leanStart?: boolean } = {}): (req: IncomingMessage, res: ServerResponse) => void {
+  const connect = connectNodeAdapter({
     routes: (router) => {
       processService(router);
       filesystemService(router);
@@ -18,4 +20,10 @@ export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox |
     contextValues: (req) => createContextValues().set(sandboxKey, sandboxOf(req as IncomingMessage)),
     jsonOptions: { ignoreUnknownFields: true },
   });
+  return (req, res) => {
+    // An SDK's command: its own lean transport (process/start-stream.ts), same wire.
+    const sbx = sandboxOf(req);
+    if (sbx && opts.leanStart !== false && servesStart(req, (req.url ?? "").split("?", 1)[0]!)) return void serveStart(req, res, sbx);
+    connect(req, res);
+  };
 }

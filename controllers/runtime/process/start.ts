@@ -1,6 +1,6 @@
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { StartRequest } from "../../../schema/envd/gen/process/process_pb.js";
-import { sandboxOf, userOf } from "../request-context.ts";
+import { sandboxOf, userOf, type RpcContext } from "../request-context.ts";
 import { lstatPinned } from "../pinned-path.ts";
 import { PathOutsideSandboxError } from "../sandbox-view.ts";
 import { logger } from "../../lib/log.ts";
@@ -15,7 +15,7 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 
 /** Starts a process and streams its events. The request deadline (Connect-Timeout-Ms) is the
  * process's lifetime, as in envd; a client that merely disconnects leaves it running. */
-export async function* start(req: StartRequest, ctx: HandlerContext) {
+export async function* start(req: StartRequest, ctx: RpcContext) {
   const sbx = sandboxOf(ctx);
   const user = userOf(ctx, sbx);
   const cfg = req.process;

@@ -1,0 +1,127 @@
+// process.Process/Start's lean transport (controllers/runtime/process/start-stream.ts) answers what
+// Connect's handler answers, byte for byte (the pid aside): the same request to both, side by side.
+import { fromBinary, toBinary, create } from "@bufbuild/protobuf";
+import { createServer, request, type Server } from "node:http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HostView } from "../../controllers/runtime/host-view.ts";
+import { rpcHandler } from "../../controllers/runtime/rpc.ts";
+import { RuntimeSandbox } from "../../controllers/runtime/sandbox.ts";
+import { StartRequestSchema, StartResponseSchema } from "../../schema/envd/gen/process/process_pb.js";
+
+const sbx = new RuntimeSandbox("diff", new HostView());
+let servers: Server[] = [];
+let lean: number;
+let connect: number;
+
+beforeAll(async () => {
+  const listen = async (leanStart: boolean) => {
+    const handler = rpcHandler(() => sbx, { leanStart });
+    const server = createServer(handler);
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    return (server.address() as { port: number }).port;
+  };
+  lean = await listen(true);
+  connect = await listen(false);
+});
+afterAll(async () => {
+  sbx.close();
+  await Promise.all(servers.map((s) => new Promise((r) => { s.closeAllConnections(); s.close(r); })));
+  servers = [];
+});
+
+interface Answer {
+  status: number;
+  headers: Record<string, unknown>;
+  envelopes: { flags: number; data: string }[];
+}
+
+/** The raw answer to one request: status, headers (less the date) and the envelopes, each start
+ * event's pid set to 0 (each side starts its own process). */
+function call(port: number, body: Buffer, headers: Record<string, string>, binary: boolean): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: "127.0.0.1", port, method: "POST", path: "/process.Process/Start", headers: { "content-type": binary ? "application/connect+proto" : "application/connect+json", ...headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => {
+        const buf = Buffer.concat(chunks);
+        const envelopes: Answer["envelopes"] = [];
+        for (let i = 0; i < buf.length; ) {
+          const flags = buf[i]!;
+          const len = buf.readUInt32BE(i + 1);
+          let data = buf.subarray(i + 5, i + 5 + len);
+          if (flags === 0 && binary) {
+            const ev = fromBinary(StartResponseSchema, data);
+            if (ev.event?.event.case === "start") ev.event.event.value.pid = 0;
+            data = Buffer.from(toBinary(StartResponseSchema, ev));
+          }
+          envelopes.push({ flags, data: flags === 0 && !binary ? data.toString().replace(/"pid":\d+/, '"pid":0') : binary && flags === 0 ? data.toString("base64") : data.toString() });
+          i += 5 + len;
+        }
+        const { date: _d, ...rest } = res.headers;
+        resolve({ status: res.statusCode!, headers: rest, envelopes });
+      });
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+const env = (flags: number, data: Buffer) => {
+  const head = Buffer.alloc(5);
+  head[0] = flags;
+  head.writeUInt32BE(data.length, 1);
+  return Buffer.concat([head, data]);
+};
+const json = (m: unknown) => env(0, Buffer.from(JSON.stringify(m)));
+const bash = (script: string, more: Record<string, unknown> = {}) => ({ process: { cmd: "/bin/bash", args: ["-c", script], ...more }, stdin: false });
+
+async function both(body: Buffer, headers: Record<string, string> = {}, binary = false): Promise<Answer> {
+  const [a, b] = await Promise.all([call(lean, body, headers, binary), call(connect, body, headers, binary)]);
+  expect(a).toEqual(b);
+  return a;
+}
+
+describe("Start's lean transport answers as Connect does", () => {
+  it("a command's events and the end of the stream (JSON)", async () => {
+    const a = await both(json(bash("echo hi; exit 3")));
+    expect(a.status).toBe(200);
+    expect(a.envelopes.map((e) => e.flags)).toEqual([0, 0, 0, 2]);
+  });
+
+  it("the same in binary", async () => {
+    const a = await both(env(0, Buffer.from(toBinary(StartRequestSchema, create(StartRequestSchema, bash("echo hi"))))), {}, true);
+    expect(a.headers["content-type"]).toBe("application/connect+proto");
+    expect(a.envelopes.at(-1)).toEqual({ flags: 2, data: "{}" });
+  });
+
+  it("unknown fields are ignored; an end-stream envelope in the request is skipped", async () => {
+    await both(Buffer.concat([json({ ...bash("echo x"), surprise: 1 }), env(2, Buffer.from("{}"))]));
+  });
+
+  it.each([
+    ["no cmd", json({ process: { args: [] } })],
+    ["a cwd that is not there", json(bash("true", { cwd: "/no/such/dir" }))],
+    ["no message", Buffer.alloc(0)],
+    ["two messages", Buffer.concat([json(bash("true")), json(bash("true"))])],
+    ["not JSON", env(0, Buffer.from("{nope"))],
+    ["a field of the wrong type", json({ process: { cmd: 5 } })],
+    ["a compressed message", env(1, Buffer.from("{}"))],
+    ["a cut envelope", json(bash("true")).subarray(0, 9)],
+  ])("%s: the same error in the end of the stream", async (_name, body) => {
+    const a = await both(body);
+    expect(a.envelopes.at(-1)!.flags).toBe(2);
+    expect(JSON.parse(a.envelopes.at(-1)!.data).error.code).toEqual(expect.any(String));
+  });
+
+  it("an unknown user: unauthenticated", async () => {
+    const a = await both(json(bash("true")), { authorization: `Basic ${Buffer.from("nosuchuser:").toString("base64")}` });
+    expect(JSON.parse(a.envelopes.at(-1)!.data).error.code).toBe("unauthenticated");
+  });
+
+  it("Connect-Timeout-Ms ends the stream deadline_exceeded", async () => {
+    const a = await both(json(bash("sleep 30")), { "connect-timeout-ms": "400" });
+    expect(JSON.parse(a.envelopes.at(-1)!.data).error.code).toBe("deadline_exceeded");
+  });
+});
