@@ -1,5 +1,5 @@
 // process.Process/Start over the Connect protocol without Connect's server pipeline: the RPC every
-// SDK command makes. Connect's handler costs the agent ~1 ms of CPU per command here (a chain of
+// SDK command makes. Connect's handler cost the agent ~1.3 ms of CPU per command here (a chain of
 // async-iterable transforms per message, three `Headers` and linked `AbortController`s per
 // request, two aborts building a `DOMException` each; bench/agent-cmd.ts, docs/ARCHITECTURE.md).
 // This transport takes the one shape the SDKs send for it (a POST of one uncompressed enveloped
