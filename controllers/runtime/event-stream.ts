@@ -10,9 +10,18 @@ export function keepaliveMs(ctx: RpcContext): number {
   return (Number.isFinite(s) && s > 0 ? s : DEFAULT_KEEPALIVE_S) * 1000;
 }
 
+/** How many bytes of a source's items one stream queues before it asks the source to stop
+ * producing: a client that stops reading must not make the agent hold a command's output. */
+export const QUEUE_HIGH_WATER_BYTES = 1024 * 1024;
+
 export interface Source<T> {
   /** Starts delivery; returns the detach function. `end` marks the last item. */
   subscribe(push: (item: T, end?: boolean) => void): () => void;
+  /** Backpressure for a producer that can wait (a process's pipes): the stream calls `hold`
+   * once its queue holds more than QUEUE_HIGH_WATER_BYTES of `sizeOf`, and the release it got
+   * back once the queue is below half that, or when the stream ends. */
+  hold?(): () => void;
+  sizeOf?(item: T): number;
 }
 
 /** Yields items as they arrive and `keepalive()` after each quiet interval (the ticker restarts
@@ -21,10 +30,14 @@ export interface Source<T> {
 export async function* withKeepalive<T>(ctx: RpcContext, source: Source<T>, keepalive: () => T): AsyncGenerator<T> {
   const interval = keepaliveMs(ctx);
   const queue: T[] = [];
+  let queued = 0;
+  let release: (() => void) | undefined;
   let ended = false;
   let wake: (() => void) | undefined;
   const detach = source.subscribe((item, end) => {
     queue.push(item);
+    queued += source.sizeOf?.(item) ?? 0;
+    if (queued > QUEUE_HIGH_WATER_BYTES && !release) release = source.hold?.();
     if (end) ended = true;
     wake?.();
   });
@@ -32,7 +45,15 @@ export async function* withKeepalive<T>(ctx: RpcContext, source: Source<T>, keep
   ctx.signal.addEventListener("abort", onAbort);
   try {
     for (;;) {
-      while (queue.length) yield queue.shift()!;
+      while (queue.length) {
+        const item = queue.shift()!;
+        queued -= source.sizeOf?.(item) ?? 0;
+        if (release && queued <= QUEUE_HIGH_WATER_BYTES / 2) {
+          release();
+          release = undefined;
+        }
+        yield item;
+      }
       if (ended) return;
       if (ctx.signal.aborted) throw ctx.signal.reason;
       let timer: NodeJS.Timeout | undefined;
@@ -46,6 +67,7 @@ export async function* withKeepalive<T>(ctx: RpcContext, source: Source<T>, keep
     }
   } finally {
     detach();
+    release?.();
     ctx.signal.removeEventListener("abort", onAbort);
   }
 }

@@ -15,7 +15,11 @@ export function toProcessEvent(ev: ProcessOutput): ProcessEvent {
 
 export async function* processEvents(ctx: RpcContext, handle: ProcessHandle): AsyncGenerator<{ event: ProcessEvent }> {
   yield { event: { event: { case: "start", value: { pid: handle.pid } } } };
-  const source = { subscribe: (push: (ev: ProcessOutput, end?: boolean) => void) => handle.subscribe((ev) => push(ev, ev.type === "end")) };
+  const source = {
+    subscribe: (push: (ev: ProcessOutput, end?: boolean) => void) => handle.subscribe((ev) => push(ev, ev.type === "end")),
+    hold: () => handle.hold(),
+    sizeOf: (ev: ProcessOutput) => (ev.type === "data" ? ev.data.length : 0),
+  };
   for await (const ev of withKeepalive<ProcessOutput | "keepalive">(ctx, source, () => "keepalive")) {
     yield { event: ev === "keepalive" ? { event: { case: "keepalive", value: {} } } : toProcessEvent(ev) };
   }
