@@ -8,6 +8,7 @@ import { filesystemService } from "./filesystem/service.ts";
 import { processService } from "./process/service.ts";
 import { serveStart, servesStart } from "./process/start-stream.ts";
 import { sandboxKey } from "./request-context.ts";
+import { RPC_OPTIONS } from "./rpc-options.ts";
 import type { RuntimeSandbox } from "./sandbox.ts";
 
 /** `leanStart: false`: Start through Connect too (test/runtime/start-stream.test.ts compares the two). */
@@ -18,7 +19,7 @@ export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox |
       filesystemService(router);
     },
     contextValues: (req) => createContextValues().set(sandboxKey, sandboxOf(req as IncomingMessage)),
-    jsonOptions: { ignoreUnknownFields: true },
+    ...RPC_OPTIONS,
   });
   return (req, res) => {
     // An SDK's command: its own lean transport (process/start-stream.ts), same wire.

@@ -115,6 +115,14 @@ describe("Start's lean transport answers as Connect does", () => {
     expect(JSON.parse(a.envelopes.at(-1)!.data).error.code).toEqual(expect.any(String));
   });
 
+  it("a message past 16 MiB: resource_exhausted, also when the request asks for gzip (Connect serves that)", async () => {
+    const big = json(bash("true", { envs: { BIG: "x".repeat(17 * 1024 * 1024) } }));
+    for (const headers of [{}, { "connect-accept-encoding": "gzip" }] as Record<string, string>[]) {
+      const a = await both(big, headers);
+      expect(JSON.parse(a.envelopes.at(-1)!.data).error).toEqual({ code: "resource_exhausted", message: `message size ${big.length - 5} is larger than configured readMaxBytes ${16 * 1024 * 1024}` });
+    }
+  });
+
   it("an unknown user: unauthenticated", async () => {
     const a = await both(json(bash("true")), { authorization: `Basic ${Buffer.from("nosuchuser:").toString("base64")}` });
     expect(JSON.parse(a.envelopes.at(-1)!.data).error.code).toBe("unauthenticated");

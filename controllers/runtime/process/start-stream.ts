@@ -15,20 +15,26 @@ import { compressedFlag, createMethodSerializationLookup, encodeEnvelope, valida
 import { contentTypeStreamJson, contentTypeStreamProto, endStreamFlag, endStreamToJson } from "@connectrpc/connect/protocol-connect";
 import { Process, StartResponseSchema } from "../../../schema/envd/gen/process/process_pb.js";
 import { sandboxKey, type RpcContext } from "../request-context.ts";
+import { RPC_OPTIONS } from "../rpc-options.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import { start } from "./start.ts";
 
 export const START_PATH = "/process.Process/Start";
 
 const METHOD = Process.method.start;
-/** Connect's defaults, as rpc.ts's handler has them (no limits set there). */
-const LIMITS = validateReadWriteMaxBytes(undefined, undefined, undefined);
-const JSON_OPTIONS = { ignoreUnknownFields: true };
-const SERIALIZATION = createMethodSerializationLookup(METHOD, undefined, JSON_OPTIONS, LIMITS);
+// Connect's handler options (rpc-options.ts), each applied here. Adding one this transport does
+// not implement fails here: implement it (or leave Start to Connect) first.
+const { readMaxBytes, jsonOptions, ...notImplemented } = RPC_OPTIONS;
+notImplemented satisfies Record<string, never>;
+const LIMITS = validateReadWriteMaxBytes(readMaxBytes, undefined, undefined);
+const SERIALIZATION = createMethodSerializationLookup(METHOD, undefined, jsonOptions, LIMITS);
 /** The request's bytes are read whole before it starts (Connect reads to the end too, to refuse a
- * second message): a StartRequest is a command line and its environment, which execve bounds at
- * a few MB. A body past this is refused as Connect refuses a message past readMaxBytes. */
-const MAX_BODY_BYTES = 16 * 1024 * 1024;
+ * second message). An envelope whose length field is past readMaxBytes is refused as Connect
+ * refuses it; the body as a whole may hold that and a few end-stream envelopes. */
+const MAX_BODY_BYTES = LIMITS.readMaxBytes + 64 * 1024;
+/** connect-node's figures for a request answered before its body was read (node-universal-handler). */
+const DRAIN_BYTES = 256 * 1024;
+const CLOSE_DELAY_MS = 500;
 /** The end of a stream that ended well: an EndStreamResponse with nothing in it. */
 const END_OK = encodeEnvelope(endStreamFlag, new TextEncoder().encode("{}"));
 
@@ -77,6 +83,7 @@ export async function serveStart(req: IncomingMessage, res: ServerResponse, sbx:
     if (res.destroyed) return;
     if (!headed) {
       headed = true;
+      closeAfterAnswer(req, res);
       res.writeHead(200, { "content-type": binary ? contentTypeStreamProto : contentTypeStreamJson });
     }
     if (last) return void res.end(chunk);
@@ -108,16 +115,44 @@ export async function serveStart(req: IncomingMessage, res: ServerResponse, sbx:
   await send(end, true);
 }
 
-/** The request's bytes, bounded. */
+/** The request's bytes, bounded. Past the bound, as connect-node does on an early answer: the
+ * rest is read and dropped up to DRAIN_BYTES, to keep the connection for the next request; a
+ * longer rest closes it after the answer (answered() below). */
 async function readBody(req: IncomingMessage): Promise<Uint8Array> {
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const c of req as AsyncIterable<Buffer>) {
+  let refused: ConnectError | undefined;
+  let drained = 0;
+  for await (const c of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
+    if (refused) {
+      if ((drained += c.length) > DRAIN_BYTES) break;
+      continue;
+    }
+    // The first envelope's length is refused before its bytes are read, as Connect does.
+    if (size < 5 && size + c.length >= 5) {
+      const length = (size ? Buffer.concat([...chunks, c]) : c).readUInt32BE(1);
+      if (length > LIMITS.readMaxBytes) refused = tooLarge(length);
+    }
     size += c.length;
-    if (size > MAX_BODY_BYTES) throw new ConnectError(`message size ${size} is larger than configured readMaxBytes ${MAX_BODY_BYTES}`, Code.ResourceExhausted);
-    chunks.push(c);
+    if (!refused && size > MAX_BODY_BYTES) refused = tooLarge(size);
+    if (!refused) chunks.push(c);
   }
+  if (refused) throw refused;
   return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+}
+
+/** connect-node's answer to a request whose body was not read to its end: the connection closes
+ * after the answer, half first, so the client's TCP stack does not drop the answer. */
+function closeAfterAnswer(req: IncomingMessage, res: ServerResponse): void {
+  const socket = res.socket;
+  if (req.complete || !socket) return;
+  res.setHeader("connection", "close");
+  socket.destroySoon = () => void socket.end(() => setTimeout(() => socket.destroy(), CLOSE_DELAY_MS).unref());
+}
+
+/** Connect's refusal of a message past readMaxBytes (envelope.js). */
+function tooLarge(size: number): ConnectError {
+  return new ConnectError(`message size ${size} is larger than configured readMaxBytes ${LIMITS.readMaxBytes}`, Code.ResourceExhausted);
 }
 
 /** The one message of a server-streaming request, as Connect reads it: envelopes in order, each
@@ -128,6 +163,7 @@ function onlyMessage<T>(body: Uint8Array, parse: (data: Uint8Array) => T): T {
     if (body.length - at < 5) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
     const flags = body[at]!;
     const length = new DataView(body.buffer, body.byteOffset + at + 1, 4).getUint32(0);
+    if (length > LIMITS.readMaxBytes) throw tooLarge(length);
     if (body.length - at - 5 < length) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
     const data = body.subarray(at + 5, at + 5 + length);
     at += 5 + length;
