@@ -7,9 +7,12 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { filesystemService } from "./filesystem/service.ts";
 import { processService } from "./process/service.ts";
 import { serveStart, servesStart } from "./process/start-stream.ts";
+import { logger } from "../lib/log.ts";
 import { sandboxKey } from "./request-context.ts";
 import { RPC_OPTIONS } from "./rpc-options.ts";
 import type { RuntimeSandbox } from "./sandbox.ts";
+
+const LOG = logger("runtime");
 
 /** `leanStart: false`: Start through Connect too (test/runtime/start-stream.test.ts compares the two). */
 export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox | undefined, opts: { leanStart?: boolean } = {}): (req: IncomingMessage, res: ServerResponse) => void {
@@ -24,7 +27,14 @@ export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox |
   return (req, res) => {
     // An SDK's command: its own lean transport (process/start-stream.ts), same wire.
     const sbx = sandboxOf(req);
-    if (sbx && opts.leanStart !== false && servesStart(req, (req.url ?? "").split("?", 1)[0]!)) return void serveStart(req, res, sbx);
+    if (sbx && opts.leanStart !== false && servesStart(req, (req.url ?? "").split("?", 1)[0]!)) {
+      // Detached from runtime.ts's serve() and its catch: a throw here must not be an unhandled
+      // rejection, which ends the agent and every sandbox it serves.
+      return void serveStart(req, res, sbx).catch((err: unknown) => {
+        LOG.error("Start's stream failed", { sandboxId: sbx.id, error: String(err) });
+        res.destroy();
+      });
+    }
     connect(req, res);
   };
 }

@@ -1,7 +1,9 @@
 // process.Process/Start's lean transport (controllers/runtime/process/start-stream.ts) answers what
 // Connect's handler answers, byte for byte (the pid aside): the same request to both, side by side.
 import { fromBinary, toBinary, create } from "@bufbuild/protobuf";
-import { createServer, request, type Server } from "node:http";
+import { EventEmitter } from "node:events";
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostView } from "../../controllers/runtime/host-view.ts";
 import { rpcHandler } from "../../controllers/runtime/rpc.ts";
@@ -120,6 +122,30 @@ describe("Start's lean transport answers as Connect does", () => {
     for (const headers of [{}, { "connect-accept-encoding": "gzip" }] as Record<string, string>[]) {
       const a = await both(big, headers);
       expect(JSON.parse(a.envelopes.at(-1)!.data).error).toEqual({ code: "resource_exhausted", message: `message size ${big.length - 5} is larger than configured readMaxBytes ${16 * 1024 * 1024}` });
+    }
+  });
+
+  it("a failure while answering is logged and drops the connection; it does not reach the process as an unhandled rejection", async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on("unhandledRejection", onUnhandled);
+    try {
+      const req = Object.assign(Readable.from([json(bash("true"))]), { method: "POST", url: "/process.Process/Start", headers: { "content-type": "application/connect+json" } });
+      let destroyed!: () => void;
+      const gone = new Promise<void>((r) => (destroyed = r));
+      // A response whose head cannot be written (what a future throw in the writer looks like).
+      const res = Object.assign(new EventEmitter(), {
+        destroyed: false,
+        socket: null,
+        writeHead: () => { throw new Error("cannot write"); },
+        destroy: () => destroyed(),
+      });
+      rpcHandler(() => sbx)(req as unknown as IncomingMessage, res as unknown as ServerResponse);
+      await gone;
+      await new Promise((r) => setTimeout(r, 50));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", onUnhandled);
     }
   });
 
