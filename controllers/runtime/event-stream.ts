@@ -5,9 +5,16 @@ import type { RpcContext } from "./request-context.ts";
 /** envd's default when the client sends no Keepalive-Ping-Interval. */
 const DEFAULT_KEEPALIVE_S = 90;
 
+/** The longest a Node timer waits; a longer one fires at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Whole seconds, at least 1, as envd's ticker takes them: a tenant's `0.001` would otherwise
+ * make one quiet stream send ~1000 keepalives a second (agent CPU every sandbox shares), and
+ * an interval past Node's timer range would fire at once. */
 export function keepaliveMs(ctx: RpcContext): number {
-  const s = Number(ctx.requestHeader.get("keepalive-ping-interval"));
-  return (Number.isFinite(s) && s > 0 ? s : DEFAULT_KEEPALIVE_S) * 1000;
+  const s = Number(ctx.requestHeader.get("keepalive-ping-interval") ?? undefined);
+  const whole = Number.isFinite(s) && s > 0 ? Math.max(1, Math.floor(s)) : DEFAULT_KEEPALIVE_S;
+  return Math.min(whole * 1000, MAX_TIMER_MS);
 }
 
 /** How many bytes of a source's items one stream queues before it asks the source to stop

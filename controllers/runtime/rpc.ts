@@ -8,6 +8,7 @@ import { filesystemService } from "./filesystem/service.ts";
 import { processService } from "./process/service.ts";
 import { serveStart, servesStart } from "./process/start-stream.ts";
 import { logger } from "../lib/log.ts";
+import { MAX_TIMER_MS } from "./event-stream.ts";
 import { sandboxKey } from "./request-context.ts";
 import { RPC_OPTIONS } from "./rpc-options.ts";
 import type { RuntimeSandbox } from "./sandbox.ts";
@@ -25,6 +26,7 @@ export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox |
     ...RPC_OPTIONS,
   });
   return (req, res) => {
+    holdDeadlineInTimerRange(req);
     // An SDK's command: its own lean transport (process/start-stream.ts), same wire.
     const sbx = sandboxOf(req);
     if (sbx && opts.leanStart !== false && servesStart(req, (req.url ?? "").split("?", 1)[0]!)) {
@@ -37,4 +39,13 @@ export function rpcHandler(sandboxOf: (req: IncomingMessage) => RuntimeSandbox |
     }
     connect(req, res);
   };
+}
+
+/** Node fires a timer past 2^31-1 ms (~24.8 days) at once, and Connect's deadline and start.ts's
+ * kill are timers: a Python `commands.run(timeout=30 days)` would have its command killed at
+ * once (envd runs it). Such a deadline is held at the longest a timer waits, for both
+ * transports; Connect's own format check still sees the header as sent otherwise. */
+function holdDeadlineInTimerRange(req: IncomingMessage): void {
+  const t = req.headers["connect-timeout-ms"];
+  if (typeof t === "string" && /^\d{1,10}$/.test(t) && Number(t) > MAX_TIMER_MS) req.headers["connect-timeout-ms"] = String(MAX_TIMER_MS);
 }

@@ -149,6 +149,13 @@ describe("Start's lean transport answers as Connect does", () => {
     }
   });
 
+  it("a deadline past Node's timer range (a 30-day timeout) lets the command run, on both paths", async () => {
+    const a = await both(json(bash("echo ran")), { "connect-timeout-ms": String(30 * 24 * 3600 * 1000) });
+    // Before: Node fired the deadline's timers at once, the command was killed, the stream ended deadline_exceeded.
+    expect(a.envelopes.at(-1)).toEqual({ flags: 2, data: "{}" });
+    expect(a.envelopes.map((e) => e.data)).toContain('{"event":{"data":{"stdout":"cmFuCg=="}}}');
+  });
+
   it("an unknown user: unauthenticated", async () => {
     const a = await both(json(bash("true")), { authorization: `Basic ${Buffer.from("nosuchuser:").toString("base64")}` });
     expect(JSON.parse(a.envelopes.at(-1)!.data).error.code).toBe("unauthenticated");
