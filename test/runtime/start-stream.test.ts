@@ -85,6 +85,92 @@ async function both(body: Buffer, headers: Record<string, string> = {}, binary =
   return a;
 }
 
+/** An answer with its output joined per stream: how a pipe's or terminal's bytes split into
+ * reads differs from one run of a command to the next, what a client reads does not. */
+function joined(a: Answer, binary = false) {
+  const out: Record<string, Buffer[]> = {};
+  const others: Answer["envelopes"] = [];
+  for (const e of a.envelopes) {
+    const ev = e.flags === 0 ? (binary ? fromBinary(StartResponseSchema, Buffer.from(e.data, "base64")).event?.event : undefined) : undefined;
+    if (ev?.case === "data") (out[ev.value.output.case!] ??= []).push(Buffer.from(ev.value.output.value!));
+    else if (!binary && e.flags === 0 && e.data.startsWith('{"event":{"data":')) {
+      const [name, b64] = Object.entries(JSON.parse(e.data).event.data)[0] as [string, string];
+      (out[name] ??= []).push(Buffer.from(b64, "base64"));
+    } else others.push(e);
+  }
+  return { status: a.status, headers: a.headers, others, output: Object.fromEntries(Object.entries(out).map(([k, v]) => [k, Buffer.concat(v).toString("latin1")])) };
+}
+
+async function bothJoined(body: Buffer, headers: Record<string, string> = {}, binary = false) {
+  const [a, b] = await Promise.all([call(lean, body, headers, binary), call(connect, body, headers, binary)]);
+  const [ja, jb] = [joined(a, binary), joined(b, binary)];
+  expect(ja).toEqual(jb);
+  return ja;
+}
+
+describe("Start's lean transport streams as Connect does", () => {
+  it("output over 32 KiB: many data events, the client's backpressure, the same bytes", async () => {
+    const a = await bothJoined(json(bash("seq 1 300000")));
+    expect(a.output.stdout!.length).toBe(1_988_895);
+    expect(a.others.at(-1)).toEqual({ flags: 2, data: "{}" });
+  });
+
+  it("the same in binary, with stderr too", async () => {
+    const msg = create(StartRequestSchema, bash("seq 1 100000; seq 1 5000 >&2"));
+    const a = await bothJoined(env(0, Buffer.from(toBinary(StartRequestSchema, msg))), {}, true);
+    expect(a.output.stderr!.length).toBe(23_893);
+  });
+
+  it("a terminal", async () => {
+    const a = await bothJoined(json({ process: { cmd: "/bin/bash", args: ["-c", "stty size; echo x"] }, pty: { size: { cols: 80, rows: 24 } } }));
+    expect(a.output.pty).toBe("24 80\r\nx\r\n");
+  });
+
+  it("stdin left at its default (a pipe)", async () => {
+    await both(json({ process: { cmd: "/bin/bash", args: ["-c", "echo in"] } }));
+  });
+
+  it("a signal mid-stream: the end says so", async () => {
+    const a = await bothJoined(json(bash("echo before; kill -9 $$; echo after")));
+    expect(a.output.stdout).toBe("before\n");
+    expect(a.others.some((e) => e.data.includes('"status":"signal: killed"'))).toBe(true);
+  });
+
+  it("keepalives while the command is quiet", async () => {
+    const a = await both(json(bash("sleep 1.3")), { "keepalive-ping-interval": "1" });
+    expect(a.envelopes.filter((e) => e.data.includes("keepalive"))).toHaveLength(1);
+  });
+
+  it("the Python SDK's headers", async () => {
+    await both(json(bash("echo py")), { "connect-content-encoding": "identity", "connect-accept-encoding": "identity", "connect-protocol-version": "1", "connect-timeout-ms": "60000" });
+  });
+
+  it("binary that is not a StartRequest: the same error", async () => {
+    const a = await both(env(0, Buffer.from("not a message")), {}, true);
+    expect(JSON.parse(a.envelopes.at(-1)!.data).error.code).toEqual(expect.any(String));
+  });
+
+  it.each([["lean"], ["connect"]])("a client gone mid-stream (%s): the process keeps running", async (side) => {
+    const port = side === "lean" ? lean : connect;
+    const pid = await new Promise<number>((resolve, reject) => {
+      const req = request({ host: "127.0.0.1", port, method: "POST", path: "/process.Process/Start", headers: { "content-type": "application/connect+json" } }, (res) => {
+        res.once("data", (c: Buffer) => {
+          resolve(JSON.parse(c.subarray(5, 5 + c.readUInt32BE(1)).toString()).event.start.pid);
+          req.destroy();
+        });
+      });
+      req.on("error", () => {});
+      req.once("error", reject);
+      req.end(json(bash("sleep 30")));
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    const handle = sbx.processes.live().find((h) => h.pid === pid);
+    expect(handle).toBeDefined();
+    handle!.signal("SIGKILL");
+    await handle!.exited();
+  });
+});
+
 describe("Start's lean transport answers as Connect does", () => {
   it("a command's events and the end of the stream (JSON)", async () => {
     const a = await both(json(bash("echo hi; exit 3")));
