@@ -50,6 +50,11 @@ export class CmdFloor {
     return floor;
   }
 
+  /** The server's pid (its spawner: stats.ts spawnerOf). */
+  get pid(): number {
+    return this.#child.pid!;
+  }
+
   async request(): Promise<void> {
     const res = await fetch(this.#url, { method: "POST", body: BODY, headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", "e2b-sandbox-id": "floor", "e2b-sandbox-port": "49983" } });
     const out = await res.text();

@@ -101,6 +101,10 @@ process.on("message", (m: SpawnerRequest) => {
       return void doPty(m);
     case "write":
       return terms.get(m.id)?.write(Buffer.from(m.data));
+    case "pause":
+      return terms.get(m.id)?.pause?.();
+    case "resume":
+      return terms.get(m.id)?.resume?.();
     case "resize":
       try {
         terms.get(m.id)?.resize(m.cols, m.rows);

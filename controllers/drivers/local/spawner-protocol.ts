@@ -20,7 +20,9 @@ export type SpawnerRequest =
   | ({ t: "spawn"; id: number; detached: boolean; stdio: StdioSpec[] } & SpawnCommand)
   | ({ t: "pty"; id: number; cols: number; rows: number } & SpawnCommand)
   | { t: "write"; id: number; data: Uint8Array }
-  | { t: "resize"; id: number; cols: number; rows: number };
+  | { t: "resize"; id: number; cols: number; rows: number }
+  /** Stop / restart reading the terminal: the agent's stream of it is full (backpressure). */
+  | { t: "pause" | "resume"; id: number };
 
 export type SpawnerReply =
   | { t: "ready"; pid: number }

@@ -403,6 +403,8 @@ export class Spawner implements ProcessLauncher {
       onExit: (fn) => (t.exit ? fn(t.exit) : t.exitFns.push(fn)),
       write: (data) => this.#child?.send({ t: "write", id, data } satisfies SpawnerRequest),
       resize: (cols, rows) => this.#child?.send({ t: "resize", id, cols, rows } satisfies SpawnerRequest),
+      pause: () => this.#child?.send({ t: "pause", id } satisfies SpawnerRequest),
+      resume: () => this.#child?.send({ t: "resume", id } satisfies SpawnerRequest),
     };
   }
 

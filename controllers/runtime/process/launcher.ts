@@ -43,6 +43,9 @@ export interface LaunchedPty {
   onExit(fn: (exit: LaunchedExit) => void): void;
   write(data: Buffer): void;
   resize(cols: number, rows: number): void;
+  /** Stop and restart reading the terminal (backpressure); absent where the launcher cannot. */
+  pause?(): void;
+  resume?(): void;
 }
 
 export interface ProcessLauncher {
@@ -200,5 +203,7 @@ export async function spawnPtyHere(host: HostCommand, size: { cols: number; rows
     onExit: (fn) => (exit ? fn(exit) : void exitFns.push(fn)),
     write: (data) => t.write(data as unknown as string),
     resize: (cols, rows) => t.resize(cols, rows),
+    pause: () => t.pause(),
+    resume: () => t.resume(),
   };
 }

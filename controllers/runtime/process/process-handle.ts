@@ -43,6 +43,12 @@ export class ProcessHandle {
   #exitWaiters: Array<() => void> = [];
   #stdin: Writable | undefined;
   #pty: LaunchedPty | undefined;
+  /** Streams whose queues are full (event-stream.ts): while any is, output is not read, so the
+   * command blocks on its full pipe or terminal, as under envd's blocking channel. */
+  #holds = 0;
+  #pauseOutput: (() => void) | undefined;
+  #resumeOutput: (() => void) | undefined;
+  #resumed: Array<() => void> = [];
 
   private constructor(pids: { pid: number; sandboxPid?: number }, config: ProcessConfig, tag: string | undefined, kind: { stdin?: Writable; pty?: LaunchedPty; hasStdin: boolean }) {
     this.pid = pids.sandboxPid ?? pids.pid;
@@ -58,6 +64,8 @@ export class ProcessHandle {
   static async spawnPipes(host: HostCommand, config: ProcessConfig, tag: string | undefined, stdin: boolean, launcher: ProcessLauncher = inProcessLauncher): Promise<ProcessHandle> {
     const p = await launcher.spawnPipes(host, stdin);
     const h = new ProcessHandle(p, config, tag, { stdin: p.stdin, hasStdin: stdin });
+    h.#pauseOutput = () => (p.stdout.pause(), p.stderr.pause());
+    h.#resumeOutput = () => (p.stdout.resume(), p.stderr.resume());
     p.stdin?.on("error", () => {});
     h.#pipe(p.stdout, "stdout");
     h.#pipe(p.stderr, "stderr");
@@ -76,11 +84,15 @@ export class ProcessHandle {
       // As Node does for its own children: a background child holding the pipe must not keep it.
       p.stdin?.destroy();
       if (open === 0) return h.#finish(endOf(e));
-      timer = setTimeout(() => {
+      // The grace counts only while output is read: what a held stream has not taken yet is
+      // still in the pipes, and is delivered when the client reads again.
+      const grace = () => {
+        if (h.#holds) return void h.#resumed.push(() => (timer = setTimeout(grace, DRAIN_GRACE_MS)));
         p.stdout.destroy();
         p.stderr.destroy();
         h.#finish(endOf(e));
-      }, DRAIN_GRACE_MS);
+      };
+      timer = setTimeout(grace, DRAIN_GRACE_MS);
     });
     return h;
   }
@@ -88,6 +100,8 @@ export class ProcessHandle {
   static async spawnPty(host: HostCommand, config: ProcessConfig, tag: string | undefined, size: { cols: number; rows: number }, launcher: ProcessLauncher = inProcessLauncher): Promise<ProcessHandle> {
     const term = await launcher.spawnPty(host, size);
     const h = new ProcessHandle(term, config, tag, { pty: term, hasStdin: true });
+    h.#pauseOutput = term.pause && (() => term.pause!());
+    h.#resumeOutput = term.resume && (() => term.resume!());
     term.onData((d) => h.#emitChunks("pty", d));
     term.onExit((e) => h.#finish(endOf(e)));
     return h;
@@ -126,6 +140,19 @@ export class ProcessHandle {
     }
     this.#listeners.add(fn);
     return () => this.#listeners.delete(fn);
+  }
+
+  /** Stops reading output until the returned release is called (once) by every holder. */
+  hold(): () => void {
+    if (this.#holds++ === 0) this.#pauseOutput?.();
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      if (--this.#holds > 0) return;
+      this.#resumeOutput?.();
+      for (const fn of this.#resumed.splice(0)) fn();
+    };
   }
 
   exited(): Promise<void> {

@@ -1,6 +1,6 @@
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { StartRequest } from "../../../schema/envd/gen/process/process_pb.js";
-import { sandboxOf, userOf } from "../request-context.ts";
+import { sandboxOf, userOf, type RpcContext } from "../request-context.ts";
 import { lstatPinned } from "../pinned-path.ts";
 import { PathOutsideSandboxError } from "../sandbox-view.ts";
 import { logger } from "../../lib/log.ts";
@@ -15,7 +15,7 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 
 /** Starts a process and streams its events. The request deadline (Connect-Timeout-Ms) is the
  * process's lifetime, as in envd; a client that merely disconnects leaves it running. */
-export async function* start(req: StartRequest, ctx: HandlerContext) {
+export async function* start(req: StartRequest, ctx: RpcContext) {
   const sbx = sandboxOf(ctx);
   const user = userOf(ctx, sbx);
   const cfg = req.process;
@@ -57,15 +57,19 @@ export async function* start(req: StartRequest, ctx: HandlerContext) {
     LOG.info("process exited", { sandboxId: sbx.id, pid: handle.pid, exitCode: end?.exitCode, ...(end?.error ? { error: end.error } : {}) });
   });
 
-  // Connect's own deadline timer and this kill timer expire in the same millisecond; when the kill
-  // wins, the process's end can close the stream before Connect aborts it, and the client would
-  // see a clean end. Whichever fires first, a stream whose deadline passed ends deadline_exceeded.
+  // Connect's own deadline timer and this kill timer expire within a millisecond of each other
+  // (each rounds the remaining time); when the kill wins, the process's end can reach the stream
+  // before the deadline aborts it. Whichever fires first, the client sees what the deadline
+  // sends: no end event, deadline_exceeded with Connect's text (the bytes do not depend on a race).
   const deadline = ctx.timeoutMs();
   let expired = false;
   if (deadline !== undefined) {
     const timer = setTimeout(() => { expired = true; handle.signal("SIGKILL"); }, deadline);
     void handle.exited().then(() => clearTimeout(timer));
   }
-  yield* processEvents(ctx, handle);
-  if (expired) throw new ConnectError("the process outlived the request deadline", Code.DeadlineExceeded);
+  for await (const ev of processEvents(ctx, handle)) {
+    if (expired) break;
+    yield ev;
+  }
+  if (expired) throw new ConnectError("the operation timed out", Code.DeadlineExceeded);
 }
