@@ -71,8 +71,6 @@ const CORS = {
   "access-control-expose-headers": "*",
 };
 
-/** A handler loaded on its first request: /files pulls in streams, zlib, the multipart reader and
- * the directory code, which a cold start (exec → first /health) need not load. */
 /** envd's answer for a dead, unknown or paused sandbox (e2b-protocol.md): the SDK's isRunning()
  * reads it as false, and a request's error as "the sandbox was killed or timed out". */
 function sendGone(req: IncomingMessage, res: ServerResponse): void {
@@ -80,6 +78,8 @@ function sendGone(req: IncomingMessage, res: ServerResponse): void {
   sendJson(res, 502, { sandboxId: typeof id === "string" ? id : "", message: "The sandbox was not found", code: 502 });
 }
 
+/** A handler loaded on its first request: /files pulls in streams, zlib, the multipart reader and
+ * the directory code, which a cold start (exec → first /health) need not load. */
 function lazy(load: () => Promise<HttpHandler>): HttpHandler {
   let handler: Promise<HttpHandler> | undefined;
   return async (req, res, sbx, url) => (await (handler ??= load()))(req, res, sbx, url);

@@ -127,6 +127,9 @@ function filterFor(d: DesiredSandbox): FilterKind {
   return d.nestedUserNamespaces ? "nestedUserns" : "default";
 }
 
+/** What a sandbox whose pid 1 ended says until it runs again (not ready meanwhile). */
+const RESTARTING = "its init process (pid 1) ended: the sandbox starts again, its files kept and its processes gone";
+
 export class LocalDriver implements Driver {
   readonly name = "local";
   readonly capabilities: DriverCapabilities;
@@ -914,14 +917,20 @@ export class LocalDriver implements Driver {
       console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended; starting it again (restart ${next.count}: files kept, processes gone)`);
       return "";
     }
-    const message = `its init process (pid 1) ended soon after its last start; started again in ${Math.ceil(wait / 1000)} s`;
-    if (!waitingAlready) console.warn(`local driver: sandbox ${id}: ${message}`);
-    return message;
+    // The same words for the whole wait: an observation that changed each second would be sent
+    // to the edge each second.
+    if (!waitingAlready) console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended soon after its last start; starting it again in ${Math.ceil(wait / 1000)} s`);
+    return RESTARTING;
   }
 
   async observe(id: string): Promise<SandboxObservation | undefined> {
     const rec = this.#record(id);
-    return rec && this.#observeRecord(rec, false, false);
+    if (!rec) return undefined;
+    const obs = this.#observeRecord(rec, false, false);
+    // A pid 1 that ended is started again by the sandbox's next `ensure` (a reboot), so it is not
+    // Failed: the edge keeps a sandbox it once heard of as Failed so for good (an agent's
+    // inventory after a reconnect asks here).
+    return obs.phase === "Failed" && rec.nsInit ? { ...obs, phase: "Pending", message: RESTARTING } : obs;
   }
 
   /** A template build step's network, like a sandbox's (builder/step-net.ts); undefined where

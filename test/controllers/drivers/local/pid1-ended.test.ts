@@ -35,12 +35,14 @@ async function endedAndRestarted(d: DesiredSandbox, end: () => Promise<unknown>)
   await end();
   // Noticed without any call of ours: the listener hears of it.
   expect(await pollUntil(() => told.includes(d.id), Boolean, 10_000)).toBe(true);
+  // Until a pass starts it again it is not Failed (the edge keeps a Failed sandbox so for good).
+  expect((await driver.observe(d.id))?.phase).toBe("Pending");
   const seen: SandboxObservation[] = [];
   const last = await pollUntil(async () => {
     const obs = await driver.ensure(d);
     seen.push(obs);
     return obs;
-  }, (obs) => obs.phase === "Running", 90_000);
+  }, (obs) => obs.phase === "Running", 25_000);
   expect(last.phase).toBe("Running");
   expect(last.incarnation).not.toBe(before?.incarnation);
   return seen;
