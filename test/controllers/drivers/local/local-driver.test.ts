@@ -129,7 +129,8 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     // machine does: every protection write fails there, and the holder stays at 0).
     const capEff = BigInt(`0x${/^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))![1]}`);
     const holderAdj = (capEff >> 24n) & 1n ? "-1000" : "0";
-    if (!rec.root) return void expect(adj(rec.holder!.pid)).toBe(holderAdj);
+    // The tenant's route below replaces the template's own sleep: a sandbox with a root of its own.
+    expect(rec.root, "the template `base` is built (npm test builds it)").toBeDefined();
     // The holder's `sleep` is the sandbox's own /usr/bin/sleep: root inside makes it perl, which
     // runs `/infinity` (bwrap starts it as `sleep infinity` in `/`), a script that forks once the
     // start is over and keeps both processes.
