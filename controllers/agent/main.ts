@@ -15,6 +15,7 @@ import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
 import type { CrdLink, KubectlRequests } from "./crd-link.ts";
 import { featureGatesFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "../drivers/kubernetes/flags.ts";
+import { closeInheritedFds } from "../lib/inherited-fds.ts";
 import { configureLogs, logger, parseLogFormat } from "../lib/log.ts";
 import { startTracing } from "../lib/tracing.ts";
 
@@ -54,6 +55,10 @@ try {
 } catch (err) {
   usage((err as Error).message);
 }
+// Before anything is spawned: what the agent starts (the spawner, and through it every holder and
+// command) would inherit them.
+const inherited = closeInheritedFds();
+if (inherited.length) log.warn("closed descriptors inherited without close-on-exec: they would have reached every sandbox", { fds: inherited });
 // Trimmed: a Secret made with --from-file keeps the file's trailing newline.
 const token = process.env.CLUSTER_TOKEN?.trim();
 if (!values.edge || !token) usage("--edge (or EDGE_URL) and CLUSTER_TOKEN are required");

@@ -12,12 +12,15 @@
 import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { HostView } from "./host-view.ts";
+import { closeInheritedFds } from "../lib/inherited-fds.ts";
 import { createRuntime } from "./runtime.ts";
 import { ENVD_VERSION } from "./version.ts";
 
 /** Runs the standalone runtime with `args` (the command line after the script: main.ts, or the
  * startup snapshot's main function, snapshot.ts). */
 export async function main(args: string[]): Promise<void> {
+  // The commands it starts would inherit them (controllers/lib/inherited-fds.ts).
+  closeInheritedFds();
   const { values } = parseArgs({
     args,
     options: {

@@ -19,6 +19,9 @@ import { describeExit, Supervisor, type Exit, type Running } from "./supervisor.
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const NODE = join(ROOT, "node_modules/.bin/node");
+/** Where the agent gets `agentInheritedFd`: above the low descriptors a Node process finds
+ * close-on-exec already at its start (an inherited fd 9 was, fds 30 and up were not, here). */
+export const INHERITED_FD = 30;
 
 export interface SystemOptions {
   /** Everything persistent: sqld's database, DO storage, the agent's sandboxes, the secrets. */
@@ -39,6 +42,9 @@ export interface SystemOptions {
   level?: "bwrap+cgroup" | "bwrap" | "process";
   /** Where the agent's output goes: a file path, or "inherit". Default `<dataDir>/agent.log`. */
   agentOutput?: string;
+  /** A descriptor of the caller's that the agent inherits without close-on-exec as its fd
+   * INHERITED_FD (tests: nothing of it may reach a sandbox, as a careless supervisor's would). */
+  agentInheritedFd?: number;
   /** Reuse a previously built bundle (faster restarts in tests). */
   skipBuild?: boolean;
   /** What the agent does with the sandboxes when the system stops (see controllers/agent/agent.ts). */
@@ -174,7 +180,7 @@ export async function startSystem(opts: SystemOptions): Promise<System> {
     const child = spawn(NODE, [...nodeArgs, ...args], {
       cwd: ROOT,
       env: { ...process.env, CLUSTER_TOKEN: await clusterTokenFor(secrets.clusterToken, "local"), ...(opts.rootfsDir ? { SBX_ROOTFS_DIR: opts.rootfsDir } : {}) },
-      stdio: ["ignore", out, out],
+      stdio: opts.agentInheritedFd === undefined ? ["ignore", out, out] : ["ignore", out, out, ...Array<"ignore">(INHERITED_FD - 3).fill("ignore"), opts.agentInheritedFd],
       detached: true,
     });
     const exited = exitOf(child);

@@ -2,7 +2,7 @@
 // workerd, the agent with the local driver, a seeded admin key and `base` template), and hands the
 // tests the three values a user would export.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
@@ -15,6 +15,9 @@ declare module "vitest" {
     /** The CA of the HTTPS stand-ins "on the internet" (outside-net.ts), which the agent trusts
      * as it would a public CA (NODE_EXTRA_CA_CERTS). */
     outsideCa: { cert: string; key: string };
+    /** A host file the agent inherited as a careless supervisor would hand it one (no
+     * close-on-exec): no sandbox process may hold it. */
+    agentInherited: string;
   }
 }
 
@@ -26,14 +29,18 @@ export default async function setup(project: TestProject) {
   // code-interpreter through the edge's build API, as npm start does (the global setup before warmed its layers).
   // A freed built image is kept 2 s for creates under way (5 minutes by default): the tests see
   // rebuilds and deletes free it, through the ClusterDO's alarm.
-  const sys = await startSystem({ dataDir, baseReplicas: 3, codeInterpreterReplicas: 0, edgeVars: { IMAGE_FREE_GRACE_MS: "2000" } });
+  const agentInherited = join(dataDir, "host-file-the-agent-inherited");
+  const inheritedFd = openSync(agentInherited, "w");
+  const sys = await startSystem({ dataDir, baseReplicas: 3, codeInterpreterReplicas: 0, edgeVars: { IMAGE_FREE_GRACE_MS: "2000" }, agentInheritedFd: inheritedFd });
   project.provide("e2b", { apiUrl: sys.apiUrl, apiKey: sys.apiKey, dataDir, isolation: sys.isolation, metricsUrl: sys.metricsUrl });
   project.provide("outsideCa", outsideCa);
+  project.provide("agentInherited", agentInherited);
   return async () => {
     // The rootfs records of the system's own code-interpreter builds leave the shared store (their
     // layers stay: the tiers' setup made and names them as `code-interpreter`).
     const built = await fetch(`${sys.apiUrl}/templates/code-interpreter`, { headers: { "x-api-key": sys.apiKey } }).then((r) => (r.ok ? (r.json() as Promise<{ builds: { buildID: string }[] }>) : { builds: [] }));
     await sys.stop();
+    closeSync(inheritedFd);
     for (const b of built.builds) rmSync(join(new RootfsStore().root, "templates", `b-${b.buildID}.json`), { force: true });
     rmSync(dataDir, { recursive: true, force: true });
   };

@@ -5,6 +5,7 @@
 // gets every variable as its value. And what a sandbox reads of its pid 1 names no host path.
 // Real e2b JS SDK against the whole local system.
 import { type CommandResult, Sandbox } from "e2b";
+import { basename } from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from "vitest";
 import { HOST_LOADER_SAW_IT, type HostileEnv, hostileEnv, parseEnv0 } from "../support/hostile-env.ts";
 import { e2b } from "./sdk.ts";
@@ -81,5 +82,24 @@ describe("what a sandbox reads of its holder", () => {
         expect(text).not.toMatch(/--(ro-)?bind/);
       }
     }
+  });
+});
+
+describe("what a sandbox holds of the host", () => {
+  // The agent's own start-up closes what it inherited without close-on-exec: the global setup
+  // hands it a host file so, as a careless supervisor would; before, the sandbox's pid 2 and
+  // every command held it (and a harness's pipe), writable by the tenant.
+  it("no process of a sandbox holds a descriptor the agent inherited", async () => {
+    const inherited = basename(inject("agentInherited"));
+    const list = "for p in /proc/[0-9]*; do ls -l $p/fd/ 2>/dev/null; done; true";
+    const asRoot = await sbx.commands.run(list, { user: "root" });
+    // It read descriptors at all (pid 1's and the command's own /dev/null).
+    expect(asRoot.stdout).toContain("/dev/null");
+    let term = "";
+    const dec = new TextDecoder();
+    const pty = await sbx.pty.create({ cols: 200, rows: 24, onData: (d) => void (term += dec.decode(d)) });
+    await sbx.pty.sendInput(pty.pid, new TextEncoder().encode(`${list}; exit\n`));
+    await pty.wait().catch(() => undefined);
+    for (const text of [asRoot.stdout, term]) expect(text).not.toContain(inherited);
   });
 });
