@@ -480,8 +480,10 @@ export class LocalDriver implements Driver {
       if (obs.phase === "Failed") {
         // Its pid 1 ended (root inside ended its sleep, the OOM killer took it): a reboot, files
         // kept, after the backoff when it ended soon after its last start. Not ready meanwhile.
-        const waiting = this.#restartWait(d.id);
-        if (waiting) return { ...obs, phase: "Pending", message: waiting };
+        // The agent's next pass for it comes when the wait ends (retryAfterMs): a pass per 250 ms
+        // for up to a minute would write its record and look for its holder each time.
+        const wait = this.#restartWait(d.id);
+        if (wait) return { ...obs, phase: "Pending", message: RESTARTING, retryAfterMs: wait };
         await this.#endProcesses(rec);
       }
       rec = await this.#start(this.#record(d.id) ?? rec, created);
@@ -907,20 +909,20 @@ export class LocalDriver implements Driver {
     this.#watched.delete(id);
   }
 
-  /** Empty when a sandbox whose pid 1 ended may start again now (logged, with its count); else
-   * why it waits (restart-backoff.ts). */
-  #restartWait(id: string): string {
+  /** 0 when a sandbox whose pid 1 ended may start again now (logged, with its count); else how
+   * long it waits first (ms, restart-backoff.ts). */
+  #restartWait(id: string): number {
     const { wait, next } = restartWait(this.#restarts.get(id), Date.now());
     const waitingAlready = this.#restarts.get(id)?.notBefore !== undefined;
     this.#restarts.set(id, next);
     if (wait === 0) {
       console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended; starting it again (restart ${next.count}: files kept, processes gone)`);
-      return "";
+      return 0;
     }
     // The same words for the whole wait: an observation that changed each second would be sent
     // to the edge each second.
     if (!waitingAlready) console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended soon after its last start; starting it again in ${Math.ceil(wait / 1000)} s`);
-    return RESTARTING;
+    return wait;
   }
 
   async observe(id: string): Promise<SandboxObservation | undefined> {

@@ -103,6 +103,9 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     await endedAndRestarted(d, kill);
     const seen = await endedAndRestarted(d, kill);
     expect(seen[0]).toMatchObject({ phase: "Pending", message: expect.stringContaining("pid 1") });
+    // The agent's next pass waits this long (not 250 ms): the first wait is a second.
+    expect(seen[0]?.retryAfterMs).toBeGreaterThan(0);
+    expect(seen[0]?.retryAfterMs).toBeLessThanOrEqual(1000);
     expect((await shIn(driver, d.id, "echo alive")).stdout).toBe("alive\n");
   });
 
