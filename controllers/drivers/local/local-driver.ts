@@ -184,6 +184,8 @@ export class LocalDriver implements Driver {
   /** Per sandbox, its last holder start and the backoff of its restarts (restart-backoff.ts). */
   readonly #restarts = new Map<string, RestartState>();
   readonly #watchTimer: NodeJS.Timeout;
+  /** closeHelpers ran: no pid 1 is watched any more (#watch). */
+  #closed = false;
   #changed: ((id: string) => void) | undefined;
 
   constructor(opts: LocalDriverOptions) {
@@ -285,6 +287,8 @@ export class LocalDriver implements Driver {
       this.#ending.add(id);
       void this.#locked(id, async () => {
         this.#ending.delete(id);
+        // The driver stopped while this waited: nothing is watched or told any more.
+        if (this.#closed) return;
         const rec = this.#record(id);
         // Gone, stopped, or a holder other than the one watched: nothing of this entry to report.
         if (!rec || (rec.phase !== "Running" && rec.phase !== "Frozen") || rec.nsInit?.pid !== ref.pid || rec.nsInit.start !== ref.start) {
@@ -318,6 +322,7 @@ export class LocalDriver implements Driver {
    * agent that exits leaving its sandboxes running (they are adopted by the next one, which starts
    * helpers of its own) leaves nothing of them in /tmp. */
   closeHelpers(): void {
+    this.#closed = true;
     clearInterval(this.#watchTimer);
     for (const id of [...this.#watched.keys()]) this.#unwatch(id);
     this.#relay.dispose();
@@ -474,7 +479,7 @@ export class LocalDriver implements Driver {
     // A record made in this pass has no holder to look for (one starts only once its record
     // names it): at a level without cgroups the look is a read of every process's environment
     // on the host, ~3 ms of the agent's CPU per warm member made (issue 16).
-    let obs = this.#observeRecord(rec, created);
+    let obs = this.#observeRecord(rec, created, true);
     const wantProcesses = wantsProcesses(d);
     if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
       if (obs.phase === "Failed") {
@@ -487,7 +492,7 @@ export class LocalDriver implements Driver {
         await this.#endProcesses(rec);
       }
       rec = await this.#start(this.#record(d.id) ?? rec, created);
-      obs = this.#observeRecord(rec);
+      obs = this.#observeRecord(rec, false, true);
     }
     if (d.state === "Running" && obs.phase === "Paused") await this.#thaw(rec);
     if (d.state === "Paused" && d.pauseStrategy === "Freeze" && obs.phase === "Running") await this.#freeze(rec);
@@ -499,7 +504,7 @@ export class LocalDriver implements Driver {
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);
     }
     const final = await this.#syncNetwork(this.#record(d.id) ?? rec);
-    const seen = this.#observeRecord(final);
+    const seen = this.#observeRecord(final, false, true);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
     if (wantProcesses && seen.phase === "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
@@ -852,8 +857,8 @@ export class LocalDriver implements Driver {
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create).
    * `fresh`: the record was made in this pass, so no holder of it can run yet. `locked`: under the
    * sandbox's lock, so a running pid 1 found is watched (#checkWatched); unlocked observations
-   * (observe, list) may race a stop and never arm it. */
-  #observeRecord(rec: SandboxRecord, fresh = false, locked = true): SandboxObservation {
+   * (observe, list) may race a stop and never arm it: every caller says which it is. */
+  #observeRecord(rec: SandboxRecord, fresh: boolean, locked: boolean): SandboxObservation {
     const base = {
       id: rec.id,
       generation: rec.generation,
@@ -896,6 +901,9 @@ export class LocalDriver implements Driver {
   /** Watches `ref`, the running pid 1 of sandbox `id`: one descriptor of its /proc/<pid>/stat,
    * kept while it is the sandbox's pid 1 (#checkWatched). */
   #watch(id: string, ref: ProcRef): void {
+    // A pass or a check that waited on a sandbox's lock may end after closeHelpers: a descriptor
+    // opened then would stay open with nothing left to close it.
+    if (this.#closed) return;
     const now = this.#watched.get(id);
     if (now && now.ref.pid === ref.pid && now.ref.start === ref.start) return;
     now?.close();

@@ -3,7 +3,7 @@
 // the driver notices within about a second and tells its listener (the agent), whose next pass
 // starts it again, its files kept and its processes gone. Killed again soon after a restart, it
 // waits a backoff first, reported not ready meanwhile.
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readdirSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -25,6 +25,18 @@ afterAll(() => destroyAll(driver, dataDir));
 
 /** Processes inside whose command line holds `marker` (the pattern's brackets keep grep's own out). */
 const COUNT_MARKED = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 424[2]'";
+
+/** This process's descriptors of `/proc/<pid>/stat` (what the driver watches a pid 1 through). */
+function statDescriptorsOf(pid: number): string[] {
+  const fds = readdirSync("/proc/self/fd").map((fd) => {
+    try {
+      return readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      return ""; // the directory's own descriptor, closed by now
+    }
+  });
+  return fds.filter((path) => path === `/proc/${pid}/stat`);
+}
 
 /** Ends pid 1 with `end`, then does what the agent does on hearing of it (a pass) until the
  * sandbox runs again: returns the observations the passes made. */
@@ -107,6 +119,27 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     expect(seen[0]?.retryAfterMs).toBeGreaterThan(0);
     expect(seen[0]?.retryAfterMs).toBeLessThanOrEqual(1000);
     expect((await shIn(driver, d.id, "echo alive")).stdout).toBe("alive\n");
+  });
+
+  it("a driver stopped while a pass waits on a sandbox's lock: the pass opens no descriptor of its pid 1 (nothing would close it)", async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), "local-pid1-closed-"));
+    const other = new LocalDriver({ dataDir: otherDir, cgroupName: `${cgroupName}c` });
+    try {
+      const d = desiredSandbox("pc");
+      const pass = other.ensure(d);
+      const queued = other.ensure({ ...d, generation: 2 });
+      other.closeHelpers();
+      await Promise.all([pass, queued]);
+      const pid = readRecord(layoutFor(otherDir, d.id).record)!.nsInit!.pid;
+      expect(statDescriptorsOf(pid)).toEqual([]);
+      // The same driver's watch before it stops holds one (what the assertion above would see).
+      const d2 = desiredSandbox("pc");
+      await driver.ensure(d2);
+      expect(statDescriptorsOf(readRecord(layoutFor(dataDir, d2.id).record)!.nsInit!.pid)).toHaveLength(1);
+      await driver.destroy(d2.id);
+    } finally {
+      await destroyAll(other, otherDir);
+    }
   });
 
   it("ended by the driver itself (a Stop pause, a destroy): not reported", async () => {
