@@ -3,7 +3,8 @@
 // the driver notices within about a second and tells its listener (the agent), whose next pass
 // starts it again, its files kept and its processes gone. Killed again soon after a restart, it
 // waits a backoff first, reported not ready meanwhile.
-import { mkdtempSync, readdirSync, readlinkSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -11,6 +12,8 @@ import type { DesiredSandbox, SandboxObservation } from "../../../../controllers
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { LocalSandboxView } from "../../../../controllers/drivers/local/local-view.ts";
+import { PF_EXITING, statFieldsIn } from "../../../../controllers/drivers/local/proc-handle.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { desiredSandbox, destroyAll, pollUntil, shIn } from "./fixture.ts";
 import { PTRACE_KILL_PID1 } from "../../../support/ptrace-kill-pid1.ts";
@@ -139,6 +142,39 @@ describe("a sandbox whose pid 1 ends by itself", () => {
       await driver.destroy(d2.id);
     } finally {
       await destroyAll(other, otherDir);
+    }
+  });
+
+  it("a files pin while its pid 1 is exiting (PF_EXITING, not yet a zombie) answers 'not running', as after it ended, not ENOENT", async () => {
+    expect(driver.capabilities.level).not.toBe("process");
+    const d = desiredSandbox("px");
+    await driver.ensure(d);
+    const { pid, start } = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
+    const view = driver.view(d.id);
+    // A path of the kernel's (VIRTUAL_DIRS): reached through pid 1's root, whatever the layout.
+    view.pin!("/dev").close();
+    // A view whose check of pid 1 passed just before it began to exit (the driver's view checks
+    // on every call, so only the handle's own check stands between a pin and that process then).
+    const late = new LocalSandboxView({ id: d.id, mounts: [], namespaces: true, target: () => ({ nsInit: { pid, start }, cgroupProcs: [] }) });
+    late.pin("/dev").close();
+    // A process of its pid namespace whose parent is outside it and does not reap it (stopped): an
+    // ending pid 1 then waits in its namespace's teardown, exiting, state S, as a sandbox's does
+    // while a command's host side (enter.pl) has yet to reap its child.
+    const holder = spawn("/usr/bin/nsenter", ["--target", String(pid), "--pid", "--", "/usr/bin/sleep", "1000"], { stdio: "ignore" });
+    try {
+      const inside = await pollUntil(() => readFileSync(`/proc/${holder.pid}/task/${holder.pid}/children`, "latin1").trim(), Boolean);
+      expect(inside).toMatch(/^\d+$/);
+      process.kill(holder.pid!, "SIGSTOP");
+      process.kill(pid, "SIGKILL");
+      const f = await pollUntil(() => statFieldsIn(readFileSync(`/proc/${pid}/stat`, "latin1"))!, (f) => (Number(f[6]) & PF_EXITING) !== 0);
+      expect(f[0]).not.toBe("Z");
+      expect(Number(f[6]) & PF_EXITING).toBe(PF_EXITING);
+      expect(() => view.pin!("/dev")).toThrow(/not running/);
+      expect(() => late.pin("/dev")).toThrow(/not running/);
+      expect(() => late.pin("/tmp/x", { create: true })).toThrow(/not running/);
+    } finally {
+      holder.kill("SIGKILL");
+      holder.kill("SIGCONT");
     }
   });
 
