@@ -459,7 +459,9 @@ export function discoverHolder(id: string, nonce: string | undefined, candidates
     if (!holder) continue;
     // The outer bwrap; its pid 1 inside has the same command line, but bwrap as its parent.
     if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environHas(pid, marker) && ours(pid)) {
-      const init = childrenOf(pid).map(procRef).find((r) => r !== undefined);
+      // A child that has ended (a pid 1 killed a moment ago, not yet reaped by the outer bwrap)
+      // is no running sandbox: the pass that looks again restarts it.
+      const init = childrenOf(pid).map(procRef).find((r) => r !== undefined && alive(r));
       if (init) return { holder, nsInit: init };
     }
     if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap" && ours(pid)) return { holder, nsInit: holder };
