@@ -118,8 +118,11 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
-/** How often the running sandboxes' pid 1s are looked at (#checkWatched). */
-const PID1_CHECK_MS = 1000;
+/** How often the running sandboxes' pid 1s are looked at (#checkWatched). Each look costs an idle
+ * agent ~12-20 us a sandbox (one pread of its stat): every second that was ~1.5-2.4 ms/s for
+ * 120 sandboxes at rest; every 5 s about a fifth (bench/pid1-watch.ts, README.md "A pid 1 that
+ * ends"), for a reboot up to 4 s later (its commands fail "not running" meanwhile either way). */
+const PID1_CHECK_MS = 5000;
 
 
 /** The seccomp filter a holder for `d` loads, and its commands with it. */
@@ -995,7 +998,7 @@ export class LocalDriver implements Driver {
       target: () => {
         const now = this.#record(id);
         // Alive with its recorded start, asked on every call: the watch (#checkWatched) hears of
-        // an ended pid 1 only within about a second, its pid may be reused meanwhile, and a view
+        // an ended pid 1 only within about PID1_CHECK_MS, its pid may be reused meanwhile, and a view
         // outlives the check at its creation. enter.pl checks the start again (the pid may be reused after this).
         if (!now || now.phase === "Stopped" || !now.nsInit || !alive(now.nsInit)) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";

@@ -1,6 +1,6 @@
 // A sandbox whose pid 1 ends by itself (root inside ends bwrap's init by ending its `sleep` or
 // through ptrace; the OOM killer can take it) is rebooted, as Kubernetes restarts a dead container:
-// the driver notices within about a second and tells its listener (the agent), whose next pass
+// the driver notices within about 5 s (PID1_CHECK_MS) and tells its listener (the agent), whose next pass
 // starts it again, its files kept and its processes gone. Killed again soon after a restart, it
 // waits a backoff first, reported not ready meanwhile.
 import { spawn } from "node:child_process";
@@ -186,7 +186,7 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     await driver.ensure(other);
     await driver.destroy(other.id);
     told.length = 0;
-    await new Promise((r) => setTimeout(r, 2500));
+    await new Promise((r) => setTimeout(r, 6000)); // more than one look (PID1_CHECK_MS)
     expect(told.filter((id) => id === d.id || id === other.id)).toEqual([]);
   });
 });
