@@ -127,10 +127,12 @@ export function isConverged(intent: Intent, phase: SandboxObservation["phase"], 
   return intent.desired.state === "running" ? ready : phase === "Paused" || phase === "Stopped";
 }
 
-/** Pending sandboxes are looked at again soon (250 ms); converged and failed ones wait for the next
- * intent (or a driver event), so a sandbox resting paused costs the agent nothing. */
-export function requeueFor(intent: Intent, phase: SandboxObservation["phase"], ready: boolean): { requeueAfterMs: number } | undefined {
-  return isConverged(intent, phase, ready) || phase === "Failed" ? undefined : { requeueAfterMs: 250 };
+/** Pending sandboxes are looked at again soon (250 ms), or when the driver says something can
+ * change (`retryAfterMs`: a restart's backoff, up to a minute of nothing to do); converged and
+ * failed ones wait for the next intent (or a driver event), so a sandbox resting paused costs the
+ * agent nothing. */
+export function requeueFor(intent: Intent, phase: SandboxObservation["phase"], ready: boolean, retryAfterMs?: number): { requeueAfterMs: number } | undefined {
+  return isConverged(intent, phase, ready) || phase === "Failed" ? undefined : { requeueAfterMs: retryAfterMs ?? 250 };
 }
 
 /** How long after the last claim (any urgent pass) a pool's refill still waits: a client creating
@@ -369,7 +371,7 @@ export class Reconciler {
     );
     const converged = isConverged(intent, obs.phase, ready);
     this.#settle(intent, converged, notReady ? "Failed" : obs.phase, notReady ?? obs.message);
-    return notReady ? undefined : requeueFor(intent, obs.phase, ready);
+    return notReady ? undefined : requeueFor(intent, obs.phase, ready, obs.retryAfterMs);
   }
 
   /**
@@ -461,7 +463,7 @@ export class Reconciler {
     });
     const converged = isConverged(intent, obs.phase, ready);
     this.#settle(intent, converged, obs.phase, message);
-    return requeueFor(intent, obs.phase, ready);
+    return requeueFor(intent, obs.phase, ready, obs.retryAfterMs);
   }
 
   /**

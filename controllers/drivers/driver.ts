@@ -99,6 +99,9 @@ export interface SandboxObservation {
   enforced: { cpu: boolean; memory: boolean; pids: boolean; network: boolean; disk?: boolean };
   /** Why the phase is what it is, for Failed in particular. */
   message?: string;
+  /** Pending only: nothing changes for this long (the local driver's restart backoff), so the
+   * next pass for this sandbox waits as long rather than polling. */
+  retryAfterMs?: number;
   /** Drivers without a host view (capabilities.hostView false): the runtime's own address, and
    * whether the sandbox is ready for it, with a CamelCase reason when not. */
   endpoint?: string;

@@ -10,6 +10,7 @@ import { closeSync, openSync, readFileSync, readSync, readdirSync, readlinkSync,
 import { setTimeout as sleep } from "node:timers/promises";
 import { helperEnv, lastLine } from "./host-helpers.ts";
 import { MARKER_ENV } from "./local-view.ts";
+import { fieldsEnded, PF_EXITING, statFieldsIn } from "./proc-handle.ts";
 import type { ProcRef } from "./records.ts";
 import type { SpawnedProcess, Spawner } from "./spawner.ts";
 
@@ -28,13 +29,11 @@ export function procStart(pid: number): string | undefined {
   return statFields(pid)?.[19]; // start time: field 22 overall
 }
 
-/** The kernel's `/proc/<pid>/stat` fields after the command name (field 3, the state, first), or
- * undefined for a process that is gone. The name is the process's own choice and may hold spaces
- * and parentheses: the fields start after its last `)`. */
+/** The kernel's `/proc/<pid>/stat` fields after the command name (proc-handle.ts statFieldsIn),
+ * or undefined for a process that is gone. */
 function statFields(pid: number): string[] | undefined {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return statFieldsIn(readFileSync(`/proc/${pid}/stat`, "latin1"));
   } catch {
     return undefined;
   }
@@ -64,7 +63,7 @@ export function seccompMode(ref: ProcRef): number | undefined {
 export function alive(ref: ProcRef | undefined): boolean {
   if (!ref) return false;
   const fields = statFields(ref.pid);
-  return fields !== undefined && fields[19] === ref.start && fields[0] !== "Z" && fields[0] !== "X" && (Number(fields[6]) & PF_EXITING) === 0;
+  return fields !== undefined && fields[19] === ref.start && !fieldsEnded(fields);
 }
 
 /** Enough of `/proc/<pid>/stat` for the state and the flags (field 9): a pid, a command name of at
@@ -133,8 +132,7 @@ export class StatHandle {
 function statFieldsOf(fd: number): string[] | undefined {
   try {
     const buf = Buffer.alloc(1024);
-    const stat = buf.toString("latin1", 0, readSync(fd, buf, 0, buf.length, 0));
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return statFieldsIn(buf.toString("latin1", 0, readSync(fd, buf, 0, buf.length, 0)));
   } catch {
     return undefined;
   }
@@ -422,14 +420,11 @@ function nestedIn(pid: number, ns: string, own: Set<string>, host: string, verdi
   return verdict;
 }
 
-/** PF_EXITING in /proc/<pid>/stat's flags (field 9): set once the process has begun to exit. */
-const PF_EXITING = 0x4;
-
 /** Whether the process is gone, a zombie, or exiting (the kernel's `/proc/<pid>/stat`): it runs
  * nothing more, though a pid 1 waiting in its namespace's teardown still shows state S. */
 export function exiting(pid: number): boolean {
   const fields = statFields(pid);
-  return fields === undefined || fields[0] === "Z" || fields[0] === "X" || (Number(fields[6]) & PF_EXITING) !== 0;
+  return fields === undefined || fieldsEnded(fields);
 }
 
 /** A process's parent pid from the kernel's `/proc/<pid>/stat` (field 4), or undefined. */
@@ -464,7 +459,9 @@ export function discoverHolder(id: string, nonce: string | undefined, candidates
     if (!holder) continue;
     // The outer bwrap; its pid 1 inside has the same command line, but bwrap as its parent.
     if (cmd.startsWith("bwrap\0") && readParentCmd(pid) !== "bwrap" && environHas(pid, marker) && ours(pid)) {
-      const init = childrenOf(pid).map(procRef).find((r) => r !== undefined);
+      // A child that has ended (a pid 1 killed a moment ago, not yet reaped by the outer bwrap)
+      // is no running sandbox: the pass that looks again restarts it.
+      const init = childrenOf(pid).map(procRef).find((r) => r !== undefined && alive(r));
       if (init) return { holder, nsInit: init };
     }
     if (cmd === `${SLEEP}\0infinity\0` && readParentCmd(pid) !== "bwrap" && ours(pid)) return { holder, nsInit: holder };

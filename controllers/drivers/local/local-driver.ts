@@ -118,8 +118,11 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
-/** How often the running sandboxes' pid 1s are looked at (#checkWatched). */
-const PID1_CHECK_MS = 1000;
+/** How often the running sandboxes' pid 1s are looked at (#checkWatched). Each look costs an idle
+ * agent ~12-20 us a sandbox (one pread of its stat): every second that was ~1.5-2.4 ms/s for
+ * 120 sandboxes at rest; every 5 s about a fifth (bench/pid1-watch.ts, README.md "A pid 1 that
+ * ends"), for a reboot up to 4 s later (its commands fail "not running" meanwhile either way). */
+const PID1_CHECK_MS = 5000;
 
 
 /** The seccomp filter a holder for `d` loads, and its commands with it. */
@@ -184,6 +187,8 @@ export class LocalDriver implements Driver {
   /** Per sandbox, its last holder start and the backoff of its restarts (restart-backoff.ts). */
   readonly #restarts = new Map<string, RestartState>();
   readonly #watchTimer: NodeJS.Timeout;
+  /** closeHelpers ran: no pid 1 is watched any more (#watch). */
+  #closed = false;
   #changed: ((id: string) => void) | undefined;
 
   constructor(opts: LocalDriverOptions) {
@@ -285,6 +290,8 @@ export class LocalDriver implements Driver {
       this.#ending.add(id);
       void this.#locked(id, async () => {
         this.#ending.delete(id);
+        // The driver stopped while this waited: nothing is watched or told any more.
+        if (this.#closed) return;
         const rec = this.#record(id);
         // Gone, stopped, or a holder other than the one watched: nothing of this entry to report.
         if (!rec || (rec.phase !== "Running" && rec.phase !== "Frozen") || rec.nsInit?.pid !== ref.pid || rec.nsInit.start !== ref.start) {
@@ -318,6 +325,7 @@ export class LocalDriver implements Driver {
    * agent that exits leaving its sandboxes running (they are adopted by the next one, which starts
    * helpers of its own) leaves nothing of them in /tmp. */
   closeHelpers(): void {
+    this.#closed = true;
     clearInterval(this.#watchTimer);
     for (const id of [...this.#watched.keys()]) this.#unwatch(id);
     this.#relay.dispose();
@@ -474,18 +482,20 @@ export class LocalDriver implements Driver {
     // A record made in this pass has no holder to look for (one starts only once its record
     // names it): at a level without cgroups the look is a read of every process's environment
     // on the host, ~3 ms of the agent's CPU per warm member made (issue 16).
-    let obs = this.#observeRecord(rec, created);
+    let obs = this.#observeRecord(rec, created, true);
     const wantProcesses = wantsProcesses(d);
     if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
       if (obs.phase === "Failed") {
         // Its pid 1 ended (root inside ended its sleep, the OOM killer took it): a reboot, files
         // kept, after the backoff when it ended soon after its last start. Not ready meanwhile.
-        const waiting = this.#restartWait(d.id);
-        if (waiting) return { ...obs, phase: "Pending", message: waiting };
+        // The agent's next pass for it comes when the wait ends (retryAfterMs): a pass per 250 ms
+        // for up to a minute would write its record and look for its holder each time.
+        const wait = this.#restartWait(d.id);
+        if (wait) return { ...obs, phase: "Pending", message: RESTARTING, retryAfterMs: wait };
         await this.#endProcesses(rec);
       }
       rec = await this.#start(this.#record(d.id) ?? rec, created);
-      obs = this.#observeRecord(rec);
+      obs = this.#observeRecord(rec, false, true);
     }
     if (d.state === "Running" && obs.phase === "Paused") await this.#thaw(rec);
     if (d.state === "Paused" && d.pauseStrategy === "Freeze" && obs.phase === "Running") await this.#freeze(rec);
@@ -497,7 +507,7 @@ export class LocalDriver implements Driver {
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);
     }
     const final = await this.#syncNetwork(this.#record(d.id) ?? rec);
-    const seen = this.#observeRecord(final);
+    const seen = this.#observeRecord(final, false, true);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
     if (wantProcesses && seen.phase === "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
@@ -850,8 +860,8 @@ export class LocalDriver implements Driver {
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create).
    * `fresh`: the record was made in this pass, so no holder of it can run yet. `locked`: under the
    * sandbox's lock, so a running pid 1 found is watched (#checkWatched); unlocked observations
-   * (observe, list) may race a stop and never arm it. */
-  #observeRecord(rec: SandboxRecord, fresh = false, locked = true): SandboxObservation {
+   * (observe, list) may race a stop and never arm it: every caller says which it is. */
+  #observeRecord(rec: SandboxRecord, fresh: boolean, locked: boolean): SandboxObservation {
     const base = {
       id: rec.id,
       generation: rec.generation,
@@ -894,6 +904,9 @@ export class LocalDriver implements Driver {
   /** Watches `ref`, the running pid 1 of sandbox `id`: one descriptor of its /proc/<pid>/stat,
    * kept while it is the sandbox's pid 1 (#checkWatched). */
   #watch(id: string, ref: ProcRef): void {
+    // A pass or a check that waited on a sandbox's lock may end after closeHelpers: a descriptor
+    // opened then would stay open with nothing left to close it.
+    if (this.#closed) return;
     const now = this.#watched.get(id);
     if (now && now.ref.pid === ref.pid && now.ref.start === ref.start) return;
     now?.close();
@@ -907,20 +920,20 @@ export class LocalDriver implements Driver {
     this.#watched.delete(id);
   }
 
-  /** Empty when a sandbox whose pid 1 ended may start again now (logged, with its count); else
-   * why it waits (restart-backoff.ts). */
-  #restartWait(id: string): string {
+  /** 0 when a sandbox whose pid 1 ended may start again now (logged, with its count); else how
+   * long it waits first (ms, restart-backoff.ts). */
+  #restartWait(id: string): number {
     const { wait, next } = restartWait(this.#restarts.get(id), Date.now());
     const waitingAlready = this.#restarts.get(id)?.notBefore !== undefined;
     this.#restarts.set(id, next);
     if (wait === 0) {
       console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended; starting it again (restart ${next.count}: files kept, processes gone)`);
-      return "";
+      return 0;
     }
     // The same words for the whole wait: an observation that changed each second would be sent
     // to the edge each second.
     if (!waitingAlready) console.warn(`local driver: sandbox ${id}: its init process (pid 1) ended soon after its last start; starting it again in ${Math.ceil(wait / 1000)} s`);
-    return RESTARTING;
+    return wait;
   }
 
   async observe(id: string): Promise<SandboxObservation | undefined> {
@@ -985,7 +998,7 @@ export class LocalDriver implements Driver {
       target: () => {
         const now = this.#record(id);
         // Alive with its recorded start, asked on every call: the watch (#checkWatched) hears of
-        // an ended pid 1 only within about a second, its pid may be reused meanwhile, and a view
+        // an ended pid 1 only within about PID1_CHECK_MS, its pid may be reused meanwhile, and a view
         // outlives the check at its creation. enter.pl checks the start again (the pid may be reused after this).
         if (!now || now.phase === "Stopped" || !now.nsInit || !alive(now.nsInit)) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";

@@ -9,15 +9,36 @@
 import { closeSync, constants, openSync, readFileSync } from "node:fs";
 import type { ProcRef } from "./records.ts";
 
+/** PF_EXITING in the flags (field 9): set once the process has begun to exit. */
+export const PF_EXITING = 0x4;
+
+/** The fields of a `/proc/<pid>/stat` line after the command name (field 3, the state, first:
+ * index 0; the start time, field 22, is index 19), or undefined for text that is no such line.
+ * The one parse of it (holder.ts reads it by pid and through descriptors, handleIs through a
+ * handle). The name (field 2) is the process's own choice (16 bytes at most) and may hold ")",
+ * spaces and newlines: only numbers follow it, so the fields start after the last `)`. */
+export function statFieldsIn(stat: string): string[] | undefined {
+  const paren = stat.lastIndexOf(")");
+  if (paren < 0) return undefined;
+  const fields = stat.slice(paren + 2).trimEnd().split(" ");
+  return fields.length > 19 ? fields : undefined;
+}
+
+/** Whether a process whose stat fields these are has ended: a zombie (Z) or dead (X), or exiting
+ * (PF_EXITING: it runs nothing more, though a pid 1 waiting in its namespace's teardown still
+ * shows state S). The one definition (alive, exiting, handleIs; StatHandle's byte parse
+ * tests the same). */
+export function fieldsEnded(f: string[]): boolean {
+  return f[0] === "Z" || f[0] === "X" || (Number(f[6]) & PF_EXITING) !== 0;
+}
+
 /** Whether the handle `fd` (an open /proc/<pid>) is still the live process `ref` recorded: its
- * start time, read through the handle (a gone process answers nothing), and not a zombie (whose
- * root and namespaces no longer answer). The name (field 2) is the process's own choice and may
- * hold ") " and newlines: the fields start after the last `)` of the whole file. */
+ * start time, read through the handle (a gone process answers nothing), and not ended (a zombie's
+ * root and namespaces no longer answer; an exiting one's are going), as `alive` says. */
 export function handleIs(fd: number, ref: ProcRef): boolean {
   try {
-    const stat = readFileSync(`/proc/self/fd/${fd}/stat`, "latin1");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return f[19] === ref.start && f[0] !== "Z";
+    const f = statFieldsIn(readFileSync(`/proc/self/fd/${fd}/stat`, "latin1"));
+    return f !== undefined && f[19] === ref.start && !fieldsEnded(f);
   } catch {
     return false;
   }

@@ -6,8 +6,9 @@
  * a loop costs the host a start per RESTART_MAX_MS rather than a busy loop.
  */
 
-/** A restart within this long of the last start, itself a restart, waits (RESTART_FIRST_MS, then
- * doubling). */
+/** A restart within this long of the last start, when that start was itself a restart, waits
+ * (RESTART_FIRST_MS, then doubling). Any other start (a create, a Stop pause's resume, a recreate)
+ * ended this soon is restarted at once, however often the sandbox was restarted before. */
 export const RESTART_QUICK_MS = 10_000;
 export const RESTART_FIRST_MS = 1_000;
 export const RESTART_MAX_MS = 60_000;
@@ -23,26 +24,30 @@ export interface RestartState {
   count: number;
   /** A wait under way: no restart before this (ms). */
   notBefore?: number;
+  /** restartWait let a restart go ahead: the next start is that restart. */
+  restarting?: boolean;
+  /** The last start was a restart (what makes an end soon after it quick). */
+  afterRestart?: boolean;
 }
 
 /** A holder started at `now` (a create, a resume, a restart). */
 export function started(s: RestartState | undefined, now: number): RestartState {
-  return { startedAt: now, delay: s?.delay ?? 0, count: s?.count ?? 0 };
+  return { startedAt: now, delay: s?.delay ?? 0, count: s?.count ?? 0, afterRestart: s?.restarting === true };
 }
 
 /** Whether a sandbox whose pid 1 ended may start again at `now`: `wait` ms first (0: now), and
  * its state after this answer (`count` is the restart's number when `wait` is 0). */
 export function restartWait(s: RestartState | undefined, now: number): { wait: number; next: RestartState } {
-  if (!s) return { wait: 0, next: { startedAt: now, delay: 0, count: 1 } };
+  if (!s) return { wait: 0, next: { startedAt: now, delay: 0, count: 1, restarting: true } };
   if (s.notBefore !== undefined) {
-    return s.notBefore > now ? { wait: s.notBefore - now, next: s } : { wait: 0, next: { startedAt: now, delay: s.delay, count: s.count + 1 } };
+    return s.notBefore > now ? { wait: s.notBefore - now, next: s } : { wait: 0, next: { startedAt: now, delay: s.delay, count: s.count + 1, restarting: true } };
   }
   const up = now - s.startedAt;
   const delay = up >= RESTART_RESET_MS ? 0 : s.delay;
-  // The first restart is prompt (one kill is an accident); a quick one after a restart waits.
-  if (up < RESTART_QUICK_MS && s.count > 0) {
+  // A restart is prompt (one kill is an accident); a quick end of a restart's pid 1 waits.
+  if (up < RESTART_QUICK_MS && s.afterRestart) {
     const wait = delay ? Math.min(2 * delay, RESTART_MAX_MS) : RESTART_FIRST_MS;
     return { wait, next: { ...s, delay: wait, notBefore: now + wait } };
   }
-  return { wait: 0, next: { startedAt: now, delay, count: s.count + 1 } };
+  return { wait: 0, next: { startedAt: now, delay, count: s.count + 1, restarting: true } };
 }

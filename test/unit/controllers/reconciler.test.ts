@@ -34,6 +34,10 @@ class ScriptedDriver implements Driver {
     notes: [],
   };
   readonly calls = new Map<string, number>();
+  /** When each `ensure` of a sandbox ran (ms). */
+  readonly callTimes = new Map<string, number[]>();
+  /** Per sandbox, waits to answer with first (Pending, `retryAfterMs`: a restart's backoff). */
+  readonly waits = new Map<string, number[]>();
   /** Snapshots taken (sandbox:snapshot); `snapshotFails` makes the next ones throw. */
   readonly snapshots: string[] = [];
   snapshotFails: Error | undefined = new UnsupportedError("snapshots", "scripted");
@@ -52,9 +56,11 @@ class ScriptedDriver implements Driver {
   async ensure(d: DesiredSandbox): Promise<SandboxObservation> {
     const n = this.calls.get(d.id) ?? 0;
     this.calls.set(d.id, n + 1);
+    this.callTimes.set(d.id, [...(this.callTimes.get(d.id) ?? []), Date.now()]);
     const step = this.script[d.id]?.[n] ?? "ok";
     if (step !== "ok") throw step;
-    const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: d.state === "Paused" ? "Paused" : "Running", level: "process", createdAt: this.createdAt, enforced: { cpu: false, memory: false, pids: false, network: false }, ...(this.conditions.has(d.id) ? { conditions: this.conditions.get(d.id) } : {}), ...(this.incarnations.has(d.id) ? { incarnation: this.incarnations.get(d.id) } : {}) };
+    const wait = this.waits.get(d.id)?.shift();
+    const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: wait ? "Pending" : d.state === "Paused" ? "Paused" : "Running", ...(wait ? { retryAfterMs: wait } : {}), level: "process", createdAt: this.createdAt, enforced: { cpu: false, memory: false, pids: false, network: false }, ...(this.conditions.has(d.id) ? { conditions: this.conditions.get(d.id) } : {}), ...(this.incarnations.has(d.id) ? { incarnation: this.incarnations.get(d.id) } : {}) };
     this.#running.set(d.id, obs);
     return obs;
   }
@@ -274,6 +280,19 @@ describe("Reconciler", () => {
       [4, 8],
     ]);
     expect(reconciler.queue.failures("s2")).toBe(0); // the success reset the backoff
+    reconciler.queue.close();
+  });
+
+  it("a sandbox the driver says waits (a restart's backoff) gets its next pass when the wait ends, not every 250 ms", async () => {
+    const { driver, reports, reconciler } = harness({});
+    driver.waits.set("s9", [900]);
+    reconciler.offer(intent("s9"));
+    await waitFor(() => reports.some((o) => o.phase === "Running"), { what: "Running after the wait", timeoutMs: 5000 });
+    expect(reports.map(describeReport)[0]).toBe("Pending:undefined");
+    const [first, second] = driver.callTimes.get("s9")!;
+    expect(driver.calls.get("s9")).toBe(2);
+    // Timers may fire a little early against Date.now (rounding): a margin, far from 250 ms.
+    expect(second! - first!).toBeGreaterThanOrEqual(850);
     reconciler.queue.close();
   });
 

@@ -12,13 +12,14 @@ import { createHash, randomBytes } from "node:crypto";
 import { existsSync, linkSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { statFieldsIn } from "../proc-handle.ts";
 
 /** The owner mark of this process: its pid and its start time (so a reused pid is not it). */
 function mark(pid: number): string | undefined {
   try {
-    // Field 22 of /proc/<pid>/stat, after the command name's closing parenthesis.
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return `${pid} ${stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]}`;
+    // Field 22 of /proc/<pid>/stat, its start time.
+    const start = statFieldsIn(readFileSync(`/proc/${pid}/stat`, "latin1"))?.[19];
+    return start === undefined ? undefined : `${pid} ${start}`;
   } catch {
     return undefined;
   }

@@ -7,7 +7,7 @@
 // the view taken before must not run anywhere, nor may the files API walk that process's `/`,
 // and that host process must not be touched.
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, mkdtempSync, openSync, readlinkSync } from "node:fs";
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readlinkSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
@@ -66,6 +66,26 @@ describe("a /proc/<pid> handle", () => {
     } finally {
       closeSync(fd);
     }
+  });
+
+  it("the process that takes a pid (fixture.ts takePid) gets it without moving the host's pid counter, which every fork of the machine draws from", async () => {
+    const counter = () => Number(readFileSync("/proc/sys/kernel/ns_last_pid", "latin1"));
+    const max = Number(readFileSync("/proc/sys/kernel/pid_max", "latin1"));
+    const before = counter();
+    // A free pid half the pid space away from where forks are now.
+    let pid = ((before + Math.floor(max / 2)) % (max - 400)) + 300;
+    while (existsSync(`/proc/${pid}`)) pid++;
+    const squatter = await takePid(pid);
+    try {
+      expect(squatter?.pid).toBe(pid);
+      expect(readFileSync(`/proc/${pid}/comm`, "latin1")).toBe("sleep\n");
+      // Other processes fork meanwhile (a few, not a quarter of the pid space).
+      expect(Math.abs(counter() - before)).toBeLessThan(max / 4);
+    } finally {
+      squatter?.kill("SIGKILL");
+    }
+    await pollUntil(() => squatter?.signalCode, (s) => s === "SIGKILL");
+    expect(squatter?.signalCode).toBe("SIGKILL");
   });
 });
 

@@ -1,10 +1,11 @@
 // What the local driver's test files share: a desired sandbox with the usual defaults, a shell
 // inside it as the template's user, and the teardown that leaves no sandbox or data dir behind.
-import { spawn, type ChildProcess } from "node:child_process";
-import { rmSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { rmSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { expect, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
+import { PERL } from "../../../../controllers/drivers/local/host-helpers.ts";
 import type { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 
@@ -58,15 +59,75 @@ export async function adoptAfterRestart(old: LocalDriver, next: () => LocalDrive
   }
 }
 
-/** A host process with pid `pid` (`argv`, default a `sleep`; one that execs keeps the pid), made
- * the next pid by ns_last_pid: what a host process that takes an ended sandbox pid 1's pid looks
- * like. Other processes of the machine may take it first, so a few tries. */
-export async function takePid(pid: number, argv = ["/usr/bin/sleep", "300"]): Promise<ChildProcess | undefined> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    writeFileSync("/proc/sys/kernel/ns_last_pid", String(pid - 1));
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: "ignore" });
-    if (child.pid === pid) return child;
-    child.kill("SIGKILL");
+/** A process given a chosen pid (`takePid`): the ChildProcess fields the tests read. */
+export interface Squatter {
+  readonly pid: number;
+  kill(signal: NodeJS.Signals): void;
+  /** Null while it runs (its perl parent mirrors how it ended). */
+  readonly exitCode: number | null;
+  readonly signalCode: NodeJS.Signals | null;
+}
+
+/** clone3(2) with `set_tid` (5.5+): the child gets exactly the pid asked for in this (the host's)
+ * pid namespace, or the call fails (EEXIST while another process has it: retried briefly, as an
+ * ended pid 1 may not be reaped yet). Nothing host-wide is written: `ns_last_pid`, the namespace's
+ * counter every fork of the machine draws from, is neither set nor moved (a chosen pid is not
+ * allocated cyclically), and no other process can take the pid in between. Needs CAP_SYS_ADMIN
+ * (the local tier runs as root). 435 on every architecture (the unified table since 5.3). The
+ * parent stays, waits and ends as the child did, so the caller sees an exit like a child's. */
+const CLONE3_SET_TID = String.raw`
+use strict;
+my ($pid, @argv) = @ARGV;
+my $tids = pack("l", $pid);
+# struct clone_args (VER1, 80 bytes): flags, pidfd, child_tid, parent_tid, exit_signal (SIGCHLD),
+# stack, stack_size, tls, set_tid (a pointer to one pid_t), set_tid_size.
+my $args = pack("Q10", 0, 0, 0, 0, 17, 0, 0, 0, unpack("Q", pack("p", $tids)), 1);
+my $child = -1;
+for (1 .. 100) {
+  $child = syscall(435, $args, length $args);
+  last if $child >= 0 || !$!{EEXIST};
+  select(undef, undef, undef, 0.02);
+}
+die "clone3 set_tid $pid: $!
+" if $child < 0;
+if ($child == 0) { exec { $argv[0] } @argv; require POSIX; POSIX::_exit(127); }
+$SIG{$_} = sub { kill $_[0], $child } for qw(TERM INT HUP);
+$| = 1;
+print "$child
+";
+waitpid($child, 0);
+my $status = $?;
+if ($status & 127) { $SIG{$_} = "DEFAULT" for qw(TERM INT HUP); kill $status & 127, $$; }
+exit($status >> 8);
+`;
+
+/** A host process with pid `pid` (`argv`, default a `sleep`; one that execs keeps the pid): what a
+ * host process that takes an ended sandbox pid 1's pid looks like. Made with clone3's `set_tid`
+ * (CLONE3_SET_TID), not by writing `/proc/sys/kernel/ns_last_pid`: that counter is the whole
+ * host's, so other processes' forks (other test files, the machine) could take the pid first, and
+ * every fork on the host was moved by the write. Undefined when the pid stays taken. */
+export async function takePid(pid: number, argv = ["/usr/bin/sleep", "300"]): Promise<Squatter | undefined> {
+  const parent = spawn(PERL, ["-e", CLONE3_SET_TID, String(pid), ...argv], { stdio: ["ignore", "pipe", "inherit"] });
+  const line = await new Promise<string>((resolve) => {
+    let out = "";
+    parent.stdout!.on("data", (b: Buffer) => {
+      out += b.toString("latin1");
+      if (out.includes("\n")) resolve(out);
+    });
+    parent.once("exit", () => resolve(out));
+  });
+  if (Number(line.trim()) !== pid) {
+    parent.kill("SIGKILL");
+    return undefined;
   }
-  return undefined;
+  return {
+    pid,
+    kill: (signal) => void process.kill(pid, signal),
+    get exitCode() {
+      return parent.exitCode;
+    },
+    get signalCode() {
+      return parent.signalCode;
+    },
+  };
 }

@@ -1,9 +1,10 @@
 // A sandbox whose pid 1 ends by itself (root inside ends bwrap's init by ending its `sleep` or
 // through ptrace; the OOM killer can take it) is rebooted, as Kubernetes restarts a dead container:
-// the driver notices within about a second and tells its listener (the agent), whose next pass
+// the driver notices within about 5 s (PID1_CHECK_MS) and tells its listener (the agent), whose next pass
 // starts it again, its files kept and its processes gone. Killed again soon after a restart, it
 // waits a backoff first, reported not ready meanwhile.
-import { mkdtempSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -11,6 +12,8 @@ import type { DesiredSandbox, SandboxObservation } from "../../../../controllers
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
+import { LocalSandboxView } from "../../../../controllers/drivers/local/local-view.ts";
+import { PF_EXITING, statFieldsIn } from "../../../../controllers/drivers/local/proc-handle.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
 import { desiredSandbox, destroyAll, pollUntil, shIn } from "./fixture.ts";
 import { PTRACE_KILL_PID1 } from "../../../support/ptrace-kill-pid1.ts";
@@ -25,6 +28,18 @@ afterAll(() => destroyAll(driver, dataDir));
 
 /** Processes inside whose command line holds `marker` (the pattern's brackets keep grep's own out). */
 const COUNT_MARKED = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 424[2]'";
+
+/** This process's descriptors of `/proc/<pid>/stat` (what the driver watches a pid 1 through). */
+function statDescriptorsOf(pid: number): string[] {
+  const fds = readdirSync("/proc/self/fd").map((fd) => {
+    try {
+      return readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      return ""; // the directory's own descriptor, closed by now
+    }
+  });
+  return fds.filter((path) => path === `/proc/${pid}/stat`);
+}
 
 /** Ends pid 1 with `end`, then does what the agent does on hearing of it (a pass) until the
  * sandbox runs again: returns the observations the passes made. */
@@ -103,7 +118,64 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     await endedAndRestarted(d, kill);
     const seen = await endedAndRestarted(d, kill);
     expect(seen[0]).toMatchObject({ phase: "Pending", message: expect.stringContaining("pid 1") });
+    // The agent's next pass waits this long (not 250 ms): the first wait is a second.
+    expect(seen[0]?.retryAfterMs).toBeGreaterThan(0);
+    expect(seen[0]?.retryAfterMs).toBeLessThanOrEqual(1000);
     expect((await shIn(driver, d.id, "echo alive")).stdout).toBe("alive\n");
+  });
+
+  it("a driver stopped while a pass waits on a sandbox's lock: the pass opens no descriptor of its pid 1 (nothing would close it)", async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), "local-pid1-closed-"));
+    const other = new LocalDriver({ dataDir: otherDir, cgroupName: `${cgroupName}c` });
+    try {
+      const d = desiredSandbox("pc");
+      const pass = other.ensure(d);
+      const queued = other.ensure({ ...d, generation: 2 });
+      other.closeHelpers();
+      await Promise.all([pass, queued]);
+      const pid = readRecord(layoutFor(otherDir, d.id).record)!.nsInit!.pid;
+      expect(statDescriptorsOf(pid)).toEqual([]);
+      // The same driver's watch before it stops holds one (what the assertion above would see).
+      const d2 = desiredSandbox("pc");
+      await driver.ensure(d2);
+      expect(statDescriptorsOf(readRecord(layoutFor(dataDir, d2.id).record)!.nsInit!.pid)).toHaveLength(1);
+      await driver.destroy(d2.id);
+    } finally {
+      await destroyAll(other, otherDir);
+    }
+  });
+
+  it("a files pin while its pid 1 is exiting (PF_EXITING, not yet a zombie) answers 'not running', as after it ended, not ENOENT", async () => {
+    expect(driver.capabilities.level).not.toBe("process");
+    const d = desiredSandbox("px");
+    await driver.ensure(d);
+    const { pid, start } = readRecord(layoutFor(dataDir, d.id).record)!.nsInit!;
+    const view = driver.view(d.id);
+    // A path of the kernel's (VIRTUAL_DIRS): reached through pid 1's root, whatever the layout.
+    view.pin!("/dev").close();
+    // A view whose check of pid 1 passed just before it began to exit (the driver's view checks
+    // on every call, so only the handle's own check stands between a pin and that process then).
+    const late = new LocalSandboxView({ id: d.id, mounts: [], namespaces: true, target: () => ({ nsInit: { pid, start }, cgroupProcs: [] }) });
+    late.pin("/dev").close();
+    // A process of its pid namespace whose parent is outside it and does not reap it (stopped): an
+    // ending pid 1 then waits in its namespace's teardown, exiting, state S, as a sandbox's does
+    // while a command's host side (enter.pl) has yet to reap its child.
+    const holder = spawn("/usr/bin/nsenter", ["--target", String(pid), "--pid", "--", "/usr/bin/sleep", "1000"], { stdio: "ignore" });
+    try {
+      const inside = await pollUntil(() => readFileSync(`/proc/${holder.pid}/task/${holder.pid}/children`, "latin1").trim(), Boolean);
+      expect(inside).toMatch(/^\d+$/);
+      process.kill(holder.pid!, "SIGSTOP");
+      process.kill(pid, "SIGKILL");
+      const f = await pollUntil(() => statFieldsIn(readFileSync(`/proc/${pid}/stat`, "latin1"))!, (f) => (Number(f[6]) & PF_EXITING) !== 0);
+      expect(f[0]).not.toBe("Z");
+      expect(Number(f[6]) & PF_EXITING).toBe(PF_EXITING);
+      expect(() => view.pin!("/dev")).toThrow(/not running/);
+      expect(() => late.pin("/dev")).toThrow(/not running/);
+      expect(() => late.pin("/tmp/x", { create: true })).toThrow(/not running/);
+    } finally {
+      holder.kill("SIGKILL");
+      holder.kill("SIGCONT");
+    }
   });
 
   it("ended by the driver itself (a Stop pause, a destroy): not reported", async () => {
@@ -114,7 +186,7 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     await driver.ensure(other);
     await driver.destroy(other.id);
     told.length = 0;
-    await new Promise((r) => setTimeout(r, 2500));
+    await new Promise((r) => setTimeout(r, 6000)); // more than one look (PID1_CHECK_MS)
     expect(told.filter((id) => id === d.id || id === other.id)).toEqual([]);
   });
 });

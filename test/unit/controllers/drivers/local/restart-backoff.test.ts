@@ -36,8 +36,22 @@ describe("restarts of a sandbox whose pid 1 ended", () => {
     expect(restartWait(started(later.next, later.next.startedAt), later.next.startedAt + 100).wait).toBe(1000);
   });
 
+  it("quick means soon after a restart: a sandbox restarted once long ago, then resumed (a start that is no restart), is restarted at once when its pid 1 ends soon after the resume", () => {
+    const DAY = 86_400_000;
+    const first = restartWait(started(undefined, 0), 100);
+    expect(first.wait).toBe(0);
+    const resumed = started(started(first.next, 100), DAY);
+    expect(restartWait(resumed, DAY + 100).wait).toBe(0);
+    // A Stop pause's resume soon after a restart is no restart either.
+    const soon = started(started(first.next, 100), 5000);
+    expect(restartWait(soon, 5100).wait).toBe(0);
+    // The restart that follows is one: ended soon after it, it waits.
+    const again = restartWait(soon, 5100);
+    expect(restartWait(started(again.next, 5100), 5200).wait).toBe(1000);
+  });
+
   it("asked again while it waits: the rest of the wait, no new backoff step", () => {
-    const s = { ...started(undefined, 0), count: 1 };
+    const s = { ...started(undefined, 0), count: 1, afterRestart: true };
     const first = restartWait(s, 100);
     expect(first.wait).toBe(1000);
     expect(restartWait(first.next, 600)).toMatchObject({ wait: 500, next: first.next });

@@ -6,12 +6,12 @@ import { once } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { procRef, StatHandle } from "../../../../../controllers/drivers/local/holder.ts";
+import { statFieldsIn } from "../../../../../controllers/drivers/local/proc-handle.ts";
 
 async function state(pid: number, want: string): Promise<void> {
   const { readFileSync } = await import("node:fs");
   for (let i = 0; i < 200; i++, await sleep(10)) {
-    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
-    if (s.slice(s.lastIndexOf(")") + 2, s.lastIndexOf(")") + 3) === want) return;
+    if (statFieldsIn(readFileSync(`/proc/${pid}/stat`, "latin1"))?.[0] === want) return;
   }
   throw new Error(`pid ${pid} never reached state ${want}`);
 }
