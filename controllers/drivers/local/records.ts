@@ -9,10 +9,10 @@
 // truncate then a write makes ext4 flush the data at close, auto_da_alloc). A slot torn by a kill
 // mid-write fails to parse or its two numbers differ (its pages land in order, and what it held
 // before ends with an older number, or is itself torn), and the other slot holds the record
-// before. Only a sandbox's first write makes a file (aside, then renamed over), and so does one
-// replacing a plain record or one too long for slot 0 (8 KiB, or the power of two it grew to):
-// one inode per sandbox where each write made one and freed the one it replaced, and on ext4
-// without a journal each new inode scans the inodes freed in the last minute (issue 16).
+// before. Only a sandbox's first write makes a file (aside, then renamed into place), and so
+// does one replacing a plain record or one too long for slot 0 (8 KiB, or the power of two it
+// grew to): one inode per sandbox where each write made one and freed the one it replaced, and
+// on ext4 without a journal each new inode scans the inodes freed in the last minute (issue 16).
 // No fsync, as before: a record survives the agent, not the host; and a host crash with two
 // writes in its writeback window can leave neither slot whole, where a rename over the file was
 // in practice old or new (ext4 flushes a file renamed over another).
