@@ -26,10 +26,12 @@
 //
 // One writer per record file is assumed (its driver): what this process wrote last is kept, to
 // write on without parsing the file, and checked against it before each write (a newline where
-// slot 0 ends, the slot written last opening with its number: two small preads); a file another
-// process wrote meanwhile is read again first. So two agents writing one data directory (a
-// mistake) leave a whole record, the last one written unless two writes race, as the plain
-// file's rename did; without the check one could write through the other's slot 0 and leave none.
+// slot 0 ends, the slot written last opening with its number, the slot written next not opening
+// with the number this write takes: two small preads); a file another process wrote meanwhile is
+// read again first. So two agents writing one data directory (a mistake) leave a whole record
+// that was written, the last one unless two writes race, as the plain file's rename did; without
+// the checks one could write through the other's slot 0 and leave none, or over the other's slot
+// of the same number, which a kill then left half one record, half the other, parsing whole.
 import { closeSync, constants, fstatSync, openSync, readFileSync, readSync, readdirSync, renameSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import type { DesiredSandbox, IsolationLevel } from "../driver.ts";
@@ -170,7 +172,10 @@ export function writeRecord(file: string, record: SandboxRecord): void {
   }
   try {
     const kept = written.get(file);
-    const s = kept && unchanged(fd, kept) ? kept : readSlots(readFileSync(fd));
+    let s = kept;
+    if (!s || !unchanged(fd, s)) {
+      s = readSlots(readFileSync(fd));
+    }
     const seq = s.seq + 1;
     const slot = wrap(seq, json);
     const to = s.at === 0 ? 1 : 0;
@@ -187,16 +192,25 @@ export function writeRecord(file: string, record: SandboxRecord): void {
   }
 }
 
-/** Whether the file is as this process left it: a newline where slot 0 ends, and the slot it
- * wrote last still opening with its number. Not the inode: ext4 gives a freed number to the next
- * file at once, so a file removed and made again by another process often has the same. */
+/** Whether the file is as this process left it: a newline where slot 0 ends, the slot it wrote
+ * last still opening with its number, and the slot it writes next not opening with the number it
+ * takes. The last: another writer's slot of that number, overwritten by this one's and torn by a
+ * kill, would parse whole, half one record and half the other (review M1 of session 32). Not the
+ * inode: ext4 gives a freed number to the next file at once, so a file removed and made again by
+ * another process often has the same. */
 function unchanged(fd: number, s: Slots): boolean {
-  const head = Buffer.from(`{"seq":${s.seq},"record":`);
-  const b = Buffer.alloc(1 + head.length);
+  const last = Buffer.from(`{"seq":${s.seq},"record":`);
+  const next = Buffer.from(`{"seq":${s.seq + 1},"record":`);
+  // Slot 1 opens right after slot 0's newline: one pread reads both. Each head in a buffer of its
+  // own length (the next number may have a digit more: 9, then 10).
+  const [one, zero] = s.at === 1 ? [last, next] : [next, last];
+  const b = Buffer.alloc(1 + one.length);
   const n = readSync(fd, b, 0, b.length, s.slot0 - 1);
   if (b[0] !== NL) return false;
-  if (s.at === 1) return n === b.length && b.subarray(1).equals(head);
-  return readSync(fd, b, 0, head.length, 0) === head.length && b.subarray(0, head.length).equals(head);
+  const z = Buffer.alloc(zero.length);
+  const slot0Opens = readSync(fd, z, 0, z.length, 0) === z.length && z.equals(zero);
+  const slot1Opens = n === b.length && b.subarray(1).equals(one);
+  return s.at === 1 ? slot1Opens && !slot0Opens : slot0Opens && !slot1Opens;
 }
 
 /** A new file with the record in slot 0: the sandbox's first write, a plain record replaced, or a

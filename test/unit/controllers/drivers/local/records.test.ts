@@ -177,6 +177,24 @@ describe("records", () => {
     other.forgetRecord(path2);
   });
 
+  it("never writes over another writer's slot of the number it takes: a kill then leaves a record that was written", async () => {
+    // Review M1: this writer's slot 1 check passed, and it wrote seq 2 over the other's seq 2;
+    // killed a page in, the slot parsed whole with its first page this writer's and the rest the
+    // other's (a holderNonce "ppp…qqq" that no one wrote). It must read the file and write seq 3.
+    writeRecord(file, record(1, 6000, "a"));
+    const other = await otherProcess();
+    other.writeRecord(file, record(2, 6000, "q"));
+    const before = readFileSync(file);
+    writeRecord(file, record(3, 6000, "p"));
+    const after = readFileSync(file);
+    expect(readRecord(file)).toEqual(record(3, 6000, "p"));
+    for (let at = 0; at <= Math.max(before.length, after.length); at += PAGE) {
+      writeFileSync(file, torn(before, after, at));
+      expect([record(2, 6000, "q"), record(3, 6000, "p")]).toContainEqual(readRecord(file));
+    }
+    other.forgetRecord(file);
+  });
+
   it("reads the record before or the new one wherever a kill cut a write, twice in a row", () => {
     writeRecord(file, record(1, 5000, "a"));
     writeRecord(file, record(2, 5000, "b"));
