@@ -22,7 +22,9 @@
 // cannot read the slots: they take such a file for no record, or for a slot's wrapper. Address and
 // uid-range leases are judged host-wide from the record each names, so such an agent on the same
 // host would take over a live sandbox's lease, and one started on this data directory would lose
-// every sandbox: upgrades roll through b1d5c270 (which reads both and writes the plain file).
+// every sandbox: no driver older than b1d5c270 (an agent, a test suite or a bench: each runs a
+// LocalDriver on the host-wide leases) may run on a host with this one, and upgrades roll
+// through b1d5c270 (which reads both and writes the plain file).
 //
 // One writer per record file is assumed (its driver): what this process wrote last is kept, to
 // write on without parsing the file, and checked against it before each write (a newline where
@@ -175,6 +177,7 @@ export function writeRecord(file: string, record: SandboxRecord): void {
     let s = kept;
     if (!s || !unchanged(fd, s)) {
       s = readSlots(readFileSync(fd));
+      if (kept && s.slot0 === 0) warnPlain(file);
     }
     const seq = s.seq + 1;
     const slot = wrap(seq, json);
@@ -211,6 +214,16 @@ function unchanged(fd: number, s: Slots): boolean {
   const slot0Opens = readSync(fd, z, 0, z.length, 0) === z.length && z.equals(zero);
   const slot1Opens = n === b.length && b.subarray(1).equals(one);
   return s.at === 1 ? slot1Opens && !slot0Opens : slot0Opens && !slot1Opens;
+}
+
+let warnedPlain = false;
+/** A plain record where this process had written slots: only an agent, test suite or bench older
+ * than b1d5c270 (or a hand) writes one, and such a driver reads none of this one's records.
+ * Nothing here can stop it; a line in the log is the only sign. Once per process. */
+function warnPlain(file: string): void {
+  if (warnedPlain) return;
+  warnedPlain = true;
+  console.warn(`local driver: ${file}: a plain record where this agent had written a two-slot one: a driver older than b1d5c270 (agent, test suite or bench) writes this data directory, and cannot read this agent's records (drivers/README.md, Upgrading)`);
 }
 
 /** A new file with the record in slot 0: the sandbox's first write, a plain record replaced, or a

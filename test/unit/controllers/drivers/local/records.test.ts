@@ -122,6 +122,28 @@ describe("records", () => {
     expect(readRecord(file)).toEqual(record(5));
   });
 
+  it("says once in the log that an older driver writes the data directory when it finds a plain record over its slots", async () => {
+    const w = await otherProcess();
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      // A plain record it finds first is an upgrade's, not a sign.
+      writeFileSync(file, JSON.stringify(record(1)), { mode: 0o600 });
+      w.writeRecord(file, record(2));
+      w.writeRecord(file, record(3));
+      expect(warn).not.toHaveBeenCalled();
+      for (const g of [4, 6]) {
+        writeFileSync(file, JSON.stringify(record(g)));
+        w.writeRecord(file, record(g + 1));
+        expect(w.readRecord(file)).toEqual(record(g + 1));
+      }
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(String(warn.mock.calls[0]![0])).toMatch(/older than b1d5c270 \(agent, test suite or bench\)/);
+    } finally {
+      warn.mockRestore();
+      w.forgetRecord(file);
+    }
+  });
+
   it("never writes through a link planted in the record's place", () => {
     writeRecord(file, record(1));
     const target = join(dir, "elsewhere");
