@@ -217,6 +217,56 @@ describe("records", () => {
     other.forgetRecord(file);
   });
 
+  it("writes on from what it kept, without reading the file again, while the file is as it left it", () => {
+    // The point of keeping what it wrote (issue 16: CPU per create). A slot of a higher number
+    // planted where this writer writes next is not seen by a writer that trusts its memory (it
+    // writes 2 over it); one that read the file each time would go on from 6 and write 7.
+    writeRecord(file, record(1));
+    overwrite(SLOT0, Buffer.from(wrap(6, record(6))));
+    writeRecord(file, record(2));
+    const buf = readFileSync(file);
+    expect(buf.toString("utf8", 0, 18)).toBe(`{"seq":1,"record":`);
+    expect(buf.toString("utf8", SLOT0, SLOT0 + 18)).toBe(`{"seq":2,"record":`);
+    // And after an in-place write too (slot 1 written last, slot 0 next).
+    overwrite(0, Buffer.from(wrap(9, record(9))));
+    writeRecord(file, record(3));
+    expect(readFileSync(file).toString("utf8", 0, 18)).toBe(`{"seq":3,"record":`);
+    expect(readRecord(file)).toEqual(record(3));
+  });
+
+  it("writes a record exactly as long as slot 0 allows in place, and one a byte longer into a grown file", () => {
+    // Seq 3 goes to slot 0 (8 KiB): its slot fits with the newline at 8191, not at 8192.
+    const base = Buffer.byteLength(wrap(3, record(3)));
+    for (const len of [SLOT0 - 1, SLOT0]) {
+      forgetRecord(file);
+      rmSync(file, { force: true });
+      writeRecord(file, record(1));
+      writeRecord(file, record(2));
+      const ino = statSync(file).ino;
+      const rec = record(3, len - base);
+      expect(Buffer.byteLength(wrap(3, rec))).toBe(len);
+      writeRecord(file, rec);
+      expect(readRecord(file)).toEqual(rec);
+      forgetRecord(file);
+      expect(readRecord(file)).toEqual(rec);
+      const buf = readFileSync(file);
+      if (len < SLOT0) {
+        expect(statSync(file).ino).toBe(ino);
+        expect(buf.indexOf(0x0a)).toBe(SLOT0 - 1);
+      } else {
+        expect(buf.indexOf(0x0a)).toBe(2 * SLOT0 - 1);
+      }
+    }
+  });
+
+  it("tells its slot of seq 3 from another's slot of seq 30 in a file made anew", () => {
+    for (let g = 1; g <= 3; g++) writeRecord(file, record(g));
+    // Seq 3 in slot 0, as this writer left it; the other makes the file anew, same layout.
+    writeFileSync(file, slotted(wrap(30, record(30)), wrap(29, record(29))));
+    writeRecord(file, record(31));
+    expect(readRecord(file)).toEqual(record(31));
+  });
+
   it("reads the record before or the new one wherever a kill cut a write, twice in a row", () => {
     writeRecord(file, record(1, 5000, "a"));
     writeRecord(file, record(2, 5000, "b"));
