@@ -6,8 +6,11 @@
 // - mount: mountRoot's and unmountRoot's look for mounts below `layers` of a sandbox whose root
 //   was never mounted or has only symbolic links there (before: a read of /proc/self/mountinfo
 //   each, O(mounts on the host));
-// - record: a new sandbox's record writes (tmp + rename each) from converge to a running holder:
-//   before 6, after 3;
+// - record: a new sandbox's three record writes (create + refill): before (records.ts up to
+//   b1d5c270), each a tmp file and a rename (a new inode and a freed one per write); after,
+//   records.ts's one file of two slots, made at the first write and overwritten in place (on ext4
+//   without a journal each new inode scans those freed in the last minute: the cleanup between
+//   rounds frees as a destroy does);
 // - intent: a new sandbox's intent stored and forgotten as intent-store.ts does (tmp + rename +
 //   unlink) against the candidate of creating it in place (+ unlink): no CPU gained, so the
 //   store keeps its rename;
@@ -18,7 +21,7 @@
 //   (agent_fs.rewrite_*_wall_us_each), which is where that wait shows.
 import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { writeRecord, type SandboxRecord } from "../controllers/drivers/local/records.ts";
+import { forgetRecord, writeRecord, type SandboxRecord } from "../controllers/drivers/local/records.ts";
 import { mountsUnder } from "../controllers/drivers/local/userns.ts";
 import { IntentSchema, type Intent } from "../schema/protocol/index.ts";
 import { round } from "./stats.ts";
@@ -68,13 +71,23 @@ const record = (id: string, generation: number): SandboxRecord => ({
   holder: { pid: 123456, start: "987654321" }, nsInit: { pid: 123457, start: "987654322" },
 });
 const records = {
-  run(i: number, writes: number) {
+  before(i: number) {
     const d = join(dir, `r${i}`);
     mkdirSync(d);
-    for (let w = 0; w < writes; w++) writeRecord(join(d, "record.json"), record(`sbx${i}`, w));
+    for (let w = 0; w < 3; w++) {
+      const file = join(d, "record.json");
+      writeFileSync(`${file}.${process.pid}.tmp`, JSON.stringify(record(`sbx${i}`, w)), { mode: 0o600 });
+      renameSync(`${file}.${process.pid}.tmp`, file);
+    }
+  },
+  after(i: number) {
+    const d = join(dir, `r${i}`);
+    mkdirSync(d);
+    for (let w = 0; w < 3; w++) writeRecord(join(d, "record.json"), record(`sbx${i}`, w));
   },
   cleanup(i: number) {
     rmSync(join(dir, `r${i}`), { recursive: true, force: true });
+    forgetRecord(join(dir, `r${i}`, "record.json"));
   },
 };
 
@@ -131,7 +144,7 @@ try {
     for (const which of order) {
       sums[`mount_${which}`]! += cpuMs(() => { for (let i = 0; i < PER_ROUND; i++) mount[which](i); });
       for (let i = 0; i < PER_ROUND; i++) mount.cleanup(i);
-      sums[`record_${which}`]! += cpuMs(() => { for (let i = 0; i < PER_ROUND; i++) records.run(i, which === "before" ? 6 : 3); });
+      sums[`record_${which}`]! += cpuMs(() => { for (let i = 0; i < PER_ROUND; i++) records[which](i); });
       for (let i = 0; i < PER_ROUND; i++) records.cleanup(i);
       sums[`intent_${which}`]! += cpuMs(() => { for (let i = 0; i < PER_ROUND; i++) intents[which](i); });
       const t = performance.now();

@@ -1,5 +1,5 @@
 // The on-disk shape of one local sandbox and the root view it is given:
-//   <dataDir>/sandboxes/<id>/record.json     what the driver knows (see records.ts)
+//   <dataDir>/sandboxes/<id>/record.json     what the driver knows (two slots, see records.ts)
 //   <dataDir>/sandboxes/<id>/etc/            synthetic /etc (users of the `base` template); its
 //                                            files but hostname and hosts are hard links into
 //   <dataDir>/etc-base/                      written once per agent

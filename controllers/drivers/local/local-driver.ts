@@ -40,7 +40,7 @@ import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
 import { adoptionWarning, holderConditions, type HolderLack } from "./adopted-holders.ts";
-import { readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
+import { forgetRecord, readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
@@ -1193,6 +1193,7 @@ export class LocalDriver implements Driver {
       this.#net?.release(rec?.net?.address, layout.record);
       this.#uids?.release(rec?.userns, layout.record);
       await this.#removeDir(layout.dir);
+      forgetRecord(layout.record);
       this.#records.delete(id);
       this.#holderChecked.delete(id);
       this.#outdatedClaimed.delete(id);

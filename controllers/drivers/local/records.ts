@@ -1,23 +1,40 @@
 // What the local driver remembers about one sandbox, in `<dataDir>/sandboxes/<id>/record.json`.
-// Written before anything is created and rewritten after each step, atomically (write + rename),
-// so an agent killed at any point leaves a record the next agent can act on.
+// Written before anything is created and rewritten after each step, so an agent killed at any
+// point leaves a record the next agent can act on.
 //
-// Two formats are read, one is written. This release writes the plain one (one JSON value, no
-// newline). A later release will write one file of two slots, each overwritten in place (one
-// inode per sandbox where each write makes one, and ext4 without a journal pays for every inode
-// in its scans). The reader learns that format a release before the writer: a reader that lacks
-// it (those before this one) takes such a file for no record, or for a slot's wrapper, and since
-// the address and uid-range leases are judged host-wide from the record each names, an older
-// driver on the same host would take over a live sandbox's lease, and a rollback would lose every
-// sandbox. Once no agent older than this reader can share a host's leases or a data directory
-// with a newer one, the writer changes and no reader does.
-// The two-slot layout: slot 0 up to the file's first newline (JSON.stringify writes none, nor
-// does UTF-8 inside a character), slot 1 after it, each `{"seq":n,"record":{..},"end":n}` padded
-// with spaces; the valid slot with the higher n holds the record. A slot torn by a kill mid-write
-// fails to parse or its two numbers differ (its pages land in order, and what it held before ends
-// with an older number, or is itself torn). A file neither of whose slots is valid is read whole
-// as the plain format (a record written by hand with newlines in it, as `jq .` prints it).
-import { readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+// The file holds two slots: slot 0 up to the file's first newline (JSON.stringify writes none,
+// nor does UTF-8 inside a character), slot 1 after it, each `{"seq":n,"record":{..},"end":n}`
+// padded with spaces; the valid slot with the higher n holds the record. A write overwrites the
+// other slot in place, in one write, never shorter than what the slot held (no truncate: a
+// truncate then a write makes ext4 flush the data at close, auto_da_alloc). A slot torn by a kill
+// mid-write fails to parse or its two numbers differ (its pages land in order, and what it held
+// before ends with an older number, or is itself torn), and the other slot holds the record
+// before. Only a sandbox's first write makes a file (aside, then renamed into place), and so
+// does one replacing a plain record or one too long for slot 0 (8 KiB, or the power of two it
+// grew to): one inode per sandbox where each write made one and freed the one it replaced, and
+// on ext4 without a journal each new inode scans the inodes freed in the last minute (issue 16).
+// No fsync, as before: a record survives the agent, not the host; and a host crash with two
+// writes in its writeback window can leave neither slot whole, where a rename over the file was
+// in practice old or new (ext4 flushes a file renamed over another).
+//
+// The plain format (one JSON value; agents before b1d5c270 wrote only it) is read too, whole, with
+// newlines in it or not (a record written by hand, as `jq .` prints it). Agents before b1d5c270
+// cannot read the slots: they take such a file for no record, or for a slot's wrapper. Address and
+// uid-range leases are judged host-wide from the record each names, so such an agent on the same
+// host would take over a live sandbox's lease, and one started on this data directory would lose
+// every sandbox: no driver older than b1d5c270 (an agent, a test suite or a bench: each runs a
+// LocalDriver on the host-wide leases) may run on a host with this one, and upgrades roll
+// through b1d5c270 (which reads both and writes the plain file).
+//
+// One writer per record file is assumed (its driver): what this process wrote last is kept, to
+// write on without parsing the file, and checked against it before each write (a newline where
+// slot 0 ends, the slot written last opening with its number, the slot written next not opening
+// with the number this write takes: two small preads); a file another process wrote meanwhile is
+// read again first. So two agents writing one data directory (a mistake) leave a whole record
+// that was written, the last one unless two writes race, as the plain file's rename did; without
+// the checks one could write through the other's slot 0 and leave none, or over the other's slot
+// of the same number, which a kill then left half one record, half the other, parsing whole.
+import { closeSync, constants, fstatSync, openSync, readFileSync, readSync, readdirSync, renameSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import type { DesiredSandbox, IsolationLevel } from "../driver.ts";
 import type { CgroupSet } from "./cgroups.ts";
@@ -86,23 +103,44 @@ export interface SandboxAddress {
   veth?: string;
 }
 
+const NL = 0x0a;
+const SLOT0_BYTES = 8192;
+
+/** What a write needs to know of a file: the newest valid slot's number and which slot holds it,
+ * and where slot 1 starts (0: not a two-slot file; the next write makes a new file). */
+interface Slots {
+  seq: number;
+  at: 0 | 1;
+  slot0: number;
+}
+
+/** Of each record file this process wrote, until its sandbox is destroyed (forgetRecord). */
+const written = new Map<string, Slots>();
+
 export function readRecord(file: string): SandboxRecord | undefined {
-  let text: string;
+  let buf: Buffer;
   try {
-    text = readFileSync(file, "utf8");
+    buf = readFileSync(file);
   } catch {
     return undefined;
   }
-  const cut = text.indexOf("\n");
-  const first = parse(cut < 0 ? text : text.slice(0, cut));
+  return readSlots(buf).record;
+}
+
+function readSlots(buf: Buffer): { record?: SandboxRecord } & Slots {
+  const cut = buf.indexOf(NL);
+  const first = parse(buf.toString("utf8", 0, cut < 0 ? buf.length : cut));
   const a = slot(first);
-  const b = cut < 0 ? undefined : slot(parse(text.slice(cut + 1)));
+  const b = cut < 0 ? undefined : slot(parse(buf.toString("utf8", cut + 1)));
   const newest = a && b ? (a.seq > b.seq ? a : b) : (a ?? b);
-  if (newest) return newest.record;
-  // The plain format, which this release writes.
-  const plain = cut < 0 ? first : parse(text);
+  if (newest) {
+    return { record: newest.record, seq: newest.seq, at: newest === a ? 0 : 1, slot0: cut + 1 };
+  }
+  // The plain format.
+  const plain = cut < 0 ? first : parse(buf.toString("utf8"));
   // A slot's wrapper is not a record (a record has no `record`): one slot, torn, the other blank.
-  return typeof plain === "object" && plain !== null && !("record" in plain) ? (plain as SandboxRecord) : undefined;
+  const record = typeof plain === "object" && plain !== null && !("record" in plain) ? (plain as SandboxRecord) : undefined;
+  return { record, seq: 0, at: 0, slot0: 0 };
 }
 
 function parse(text: string): unknown {
@@ -122,12 +160,96 @@ function slot(value: unknown): { seq: number; record: SandboxRecord } | undefine
   return { seq: v.seq as number, record: v.record as SandboxRecord };
 }
 
-/** In the plain format (the header says why not yet the two slots). */
+const wrap = (seq: number, json: string) => Buffer.from(`{"seq":${seq},"record":${json},"end":${seq}}`);
+
 export function writeRecord(file: string, record: SandboxRecord): void {
+  const json = JSON.stringify(record);
+  let fd: number;
+  try {
+    // Never through a link planted in the record's place.
+    fd = openSync(file, constants.O_RDWR | constants.O_NOFOLLOW);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    return writeNew(file, 1, wrap(1, json));
+  }
+  try {
+    const kept = written.get(file);
+    let s = kept;
+    if (!s || !unchanged(fd, s)) {
+      s = readSlots(readFileSync(fd));
+      if (kept && s.slot0 === 0) warnPlain(file);
+    }
+    const seq = s.seq + 1;
+    const slot = wrap(seq, json);
+    const to = s.at === 0 ? 1 : 0;
+    if (s.slot0 === 0 || (to === 0 && slot.length >= s.slot0)) return writeNew(file, seq, slot);
+    // Slot 0 whole to its newline; slot 1 to the file's end (what is left after it would be junk).
+    const out = Buffer.alloc(to === 0 ? s.slot0 : Math.max(slot.length, fstatSync(fd).size - s.slot0), " ");
+    slot.copy(out);
+    if (to === 0) out[out.length - 1] = NL;
+    const at = to === 0 ? 0 : s.slot0;
+    for (let off = 0; off < out.length; ) off += writeSync(fd, out, off, out.length - off, at + off);
+    written.set(file, { seq, at: to, slot0: s.slot0 });
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Whether the file is as this process left it: a newline where slot 0 ends, the slot it wrote
+ * last still opening with its number, and the slot it writes next not opening with the number it
+ * takes. The last: another writer's slot of that number, overwritten by this one's and torn by a
+ * kill, would parse whole, half one record and half the other (review M1 of session 32). Not the
+ * inode: ext4 gives a freed number to the next file at once, so a file removed and made again by
+ * another process often has the same. */
+function unchanged(fd: number, s: Slots): boolean {
+  const last = Buffer.from(`{"seq":${s.seq},"record":`);
+  const next = Buffer.from(`{"seq":${s.seq + 1},"record":`);
+  // Slot 1 opens right after slot 0's newline: one pread reads both. Each head in a buffer of its
+  // own length (the next number may have a digit more: 9, then 10).
+  const [one, zero] = s.at === 1 ? [last, next] : [next, last];
+  const b = Buffer.alloc(1 + one.length);
+  const n = readSync(fd, b, 0, b.length, s.slot0 - 1);
+  if (b[0] !== NL) return false;
+  const z = Buffer.alloc(zero.length);
+  const slot0Opens = readSync(fd, z, 0, z.length, 0) === z.length && z.equals(zero);
+  const slot1Opens = n === b.length && b.subarray(1).equals(one);
+  return s.at === 1 ? slot1Opens && !slot0Opens : slot0Opens && !slot1Opens;
+}
+
+let warnedPlain = false;
+/** A plain record where this process had written slots: only an agent, test suite or bench older
+ * than b1d5c270 (or a hand) writes one, and such a driver reads none of this one's records.
+ * Nothing here can stop it; a line in the log is the only sign. Once per process. */
+function warnPlain(file: string): void {
+  if (warnedPlain) return;
+  warnedPlain = true;
+  console.warn(`local driver: ${file}: a plain record where this agent had written a two-slot one: a driver older than b1d5c270 (agent, test suite or bench) writes this data directory, and cannot read this agent's records (drivers/README.md, Upgrading)`);
+}
+
+/** A new file with the record in slot 0: the sandbox's first write, a plain record replaced, or a
+ * record grown past slot 0. Made aside and renamed, as the record in the file stays whole until
+ * the new one is. */
+function writeNew(file: string, seq: number, slot: Buffer): void {
+  const slot0 = Math.max(SLOT0_BYTES, 2 ** Math.ceil(Math.log2(slot.length + 1)));
+  const body = Buffer.alloc(slot0, " ");
+  slot.copy(body);
+  body[slot0 - 1] = NL;
   const tmp = `${file}.${process.pid}.tmp`;
   // Only the agent reads records: the data directory lets sandboxes' host uids pass (userns.ts).
-  writeFileSync(tmp, JSON.stringify(record), { mode: 0o600 });
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
+  try {
+    for (let off = 0; off < body.length; ) off += writeSync(fd, body, off, body.length - off);
+  } finally {
+    closeSync(fd);
+  }
   renameSync(tmp, file);
+  written.set(file, { seq, at: 0, slot0 });
+}
+
+/** Drops what the writer kept of a record whose sandbox is gone. Memory only: a sandbox made again
+ * under that id finds no file, and its first write makes one afresh. */
+export function forgetRecord(file: string): void {
+  written.delete(file);
 }
 
 export function recordedIds(dataDir: string): string[] {

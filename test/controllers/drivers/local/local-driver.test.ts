@@ -88,12 +88,12 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
   it("an agent stopped between a holder's start and the record write after it: the next one finds the holder, and its commands load the filter it started with", async () => {
     // The record as it is when the holder is forked (written before the start, #holderPlan),
     // kept by a spawner that copies it at that moment.
-    const atStart = new Map<string, string>();
+    const atStart = new Map<string, Buffer>();
     class CrashPoint extends Spawner {
       override spawn(...args: Parameters<Spawner["spawn"]>) {
         const [cmd] = args;
         const id = cmd.env?.[MARKER_ENV];
-        if (id && cmd.env?.[HOLDER_NONCE_ENV]) atStart.set(id, readFileSync(layoutFor(dataDir, id).record, "utf8"));
+        if (id && cmd.env?.[HOLDER_NONCE_ENV]) atStart.set(id, readFileSync(layoutFor(dataDir, id).record));
         return super.spawn(...args);
       }
     }
@@ -105,9 +105,8 @@ describe(`local driver on this host (level ${driver.capabilities.level})`, () =>
     expect((await sh(d.id, "unshare -Ur id -u 2>&1", USER, crashing)).stdout).toBe("0\n");
     await crashing.dispose();
     // The agent died before its write after the start: the record is the one written before it.
-    const planned = atStart.get(d.id)!;
-    expect(JSON.parse(planned)).toMatchObject({ phase: "Pending", holderNonce: expect.any(String) });
-    writeFileSync(layoutFor(dataDir, d.id).record, planned);
+    writeFileSync(layoutFor(dataDir, d.id).record, atStart.get(d.id)!);
+    expect(readRecord(layoutFor(dataDir, d.id).record)).toMatchObject({ phase: "Pending", holderNonce: expect.any(String) });
     const restarted = new LocalDriver({ dataDir, cgroupName });
     try {
       expect(await restarted.observe(d.id)).toMatchObject({ phase: "Running", incarnation: before.incarnation });
