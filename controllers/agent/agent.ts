@@ -240,6 +240,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       inventory: await reconciler.inventory(),
     }),
     onBuild: (frame) => builder?.start(frame),
+    onBuildAcks: (ids) => builder?.acked(ids),
+    // Build results the previous session did not ack go again on this one.
+    onWelcome: () => builder?.relinked(),
     onRootfsDeletes: (names) => void retired?.retire(names).then((gone) => gone.length && agentLog.info("built layers removed", { layers: gone.length })).catch((err: unknown) => agentLog.error("built layers not removed", { error: err })),
     onLogsRequest: (req) => (req.query.stream === "audit" ? networkAudit : sandboxLogs).query(req.sandboxId, req.query),
     onSnapshotDeletes(ids) {

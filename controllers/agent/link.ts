@@ -32,7 +32,7 @@ import {
   type UpdateOpsItemInput,
   type Welcome,
 } from "../../schema/protocol/index.ts";
-import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
+import { BUILD_ACKS_FEATURE, BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { clipText, MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH } from "../../schema/api/limits.ts";
 import { batches, FRAME_MAX_BYTES } from "../../schema/protocol/batches.ts";
 import type { SandboxLogEntry } from "../../schema/api/sandbox-logs.ts";
@@ -53,6 +53,8 @@ export interface LinkOptions {
   onWelcome?(w: Welcome): void;
   /** A template build the edge hands over (schema/protocol/build.ts). */
   onBuild?(build: BuildFrame): void;
+  /** Builds whose results the edge stored (`buildAcks`, to frames sent with `ack`). */
+  onBuildAcks?(buildIds: string[]): void;
   /** A sandbox's logs for the edge (E2B's logs routes); absent: answered empty. */
   onLogsRequest?(req: LogsRequest): SandboxLogEntry[];
   /** Snapshots the edge no longer has (a deleted E2B snapshot): free them. */
@@ -123,14 +125,17 @@ export class Link {
   }
 
   /**
-   * Sends build events now if the session is up; false when not (the builder keeps them and
-   * tries again with its next batch). Builds are not redelivered, so nothing is queued here.
+   * Sends build events now if the session is up: "ack" to an edge that acks their results
+   * (BUILD_ACKS_FEATURE: the frame asks it to; `onBuildAcks` hears it), true to one that does not;
+   * false when the session is down (the builder keeps them and tries again with its next batch).
+   * Nothing is queued here: the builder keeps what is not acked and sends it again.
    */
-  sendBuildEvents(items: BuildEvents["items"]): boolean {
+  sendBuildEvents(items: BuildEvents["items"]): boolean | "ack" {
     const ws = this.#ws;
     if (!ws || !this.#welcomed || ws.readyState !== WebSocket.OPEN || !this.#features.has(BUILD_FEATURE)) return false;
-    this.#send(ws, { type: "buildEvents", items });
-    return true;
+    const ack = this.#features.has(BUILD_ACKS_FEATURE);
+    this.#send(ws, { type: "buildEvents", items, ...(ack ? { ack } : {}) });
+    return ack ? "ack" : true;
   }
 
   /** Resolves at the next welcome (or at once if connected). */
@@ -282,6 +287,9 @@ export class Link {
       }
       case "build":
         this.#o.onBuild?.(msg);
+        return;
+      case "buildAcks":
+        this.#o.onBuildAcks?.(msg.buildIds);
         return;
       case "logsRequest":
         this.#send(ws, { type: "logs", id: msg.id, entries: this.#o.onLogsRequest?.(msg) ?? [] });

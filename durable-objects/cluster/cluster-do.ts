@@ -31,7 +31,7 @@ import { CoarseTimers } from "../coarse-timers.ts";
 import { TurnWrites } from "../turn-writes.ts";
 import { CrdSync } from "./crd-sync.ts";
 import { batches, FRAME_MAX_BYTES, utf8Bytes } from "../../schema/protocol/batches.ts";
-import { BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
+import { BUILD_ACKS_FEATURE, BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../schema/protocol/build.ts";
 import { recordBuildEvents } from "../operations/template-builds.ts";
 import { collectImages, IMAGE_RECHECK_MS, IMAGE_SWEEP_MS } from "../operations/image-gc.ts";
 import type { Result } from "../sandbox/state.ts";
@@ -689,9 +689,17 @@ export class ClusterDO extends DurableObject<Env> {
     this.collectImages(undefined, undefined, true).catch(() => {});
   }
 
+  /** Records a frame's build events in order; a frame that asks (`ack`) is answered with the builds
+   * whose results are stored, after their writes (the agent forgets what is acked). Sent on the
+   * session open then: a result whose ack finds none is sent again by the agent and acked then. */
   private onBuildEvents(msg: BuildEvents): void {
     const cluster = this.store!.getMeta("cluster") ?? "local";
-    const next = this.builds.then(() => recordBuildEvents(this.env, cluster, msg.items)).catch((err) => console.error("cluster: build events not recorded", err));
+    const next = this.builds
+      .then(() => recordBuildEvents(this.env, cluster, msg.items))
+      .then((stored) => {
+        if (msg.ack && stored.length) this.send({ type: "buildAcks", buildIds: stored });
+      })
+      .catch((err) => console.error("cluster: build events not recorded", err));
     this.builds = next;
     this.ctx.waitUntil(next);
   }
@@ -802,7 +810,7 @@ export class ClusterDO extends DurableObject<Env> {
             sessionId: this.sessionId || (store.getMeta("sessionId") ?? ""),
             heartbeatIntervalMs: HEARTBEAT_MS,
             resync: e.resync,
-            features: [...CRD_SYNC_FEATURES, BUILD_FEATURE, ACK_OBSERVATIONS_FEATURE],
+            features: [...CRD_SYNC_FEATURES, BUILD_FEATURE, BUILD_ACKS_FEATURE, ACK_OBSERVATIONS_FEATURE],
           });
           break;
         case "route":

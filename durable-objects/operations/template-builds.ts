@@ -167,64 +167,89 @@ async function finish(env: Env, b: BuildRow, to: { status: "ready" | "error"; re
   return moved;
 }
 
-/** What the cluster's agent reported (ClusterDO's `buildEvents`); only for builds it runs. */
-export async function recordBuildEvents(env: Env, cluster: string, items: BuildEvents["items"]): Promise<void> {
-  const db = getDb(env);
+/**
+ * What the cluster's agent reported (ClusterDO's `buildEvents`); only for builds it runs. Answers
+ * the builds whose result is stored now (each write awaited), was stored before, or has nowhere to
+ * go (a build this edge no longer has, or another cluster's): the ones ClusterDO may ack. A result
+ * is applied once: the agent sends it again until acked (a session dropped before the ack), and a
+ * build already ended stays as it ended. An item whose writes fail is not acked (the agent sends
+ * it again); the others go on.
+ */
+export async function recordBuildEvents(env: Env, cluster: string, items: BuildEvents["items"]): Promise<string[]> {
+  const stored: string[] = [];
   for (const item of items) {
-    const b = await getBuild(db, item.buildId);
-    if (!b && item.result) {
-      // Its template was deleted while it ran: the delete claimed its image before the agent
-      // published it (and may have sent the name already). Claimed again, it is sent again.
-      const image = `b-${item.buildId}`;
-      if (BUILT_IMAGE.test(image) && (await claimUnusedImages(db, [image], cluster, Date.now(), true)).size) await nudgeImageGc(env, cluster);
-      continue;
+    try {
+      if (await recordBuildItem(env, cluster, item)) stored.push(item.buildId);
+    } catch (err) {
+      console.error(`build ${item.buildId}: events not recorded`, err);
     }
-    if (!b || b.cluster !== cluster || b.status !== "building") continue;
-    await appendLogs(db, b.id, item.logs, MAX_BUILD_LOG_ENTRIES);
-    const r = item.result;
-    if (!r) {
-      await touchBuild(db, b.id);
-      continue;
-    }
-    if (r.status === "error") {
-      await finish(env, b, { status: "error", reason: { message: r.message, ...(r.step ? { step: r.step } : {}) } });
-      continue;
-    }
-    const existing = await getTemplate(db, b.teamId, b.templateId);
-    // The commands are the build's own (or its base's): a rebuild without them has none, not the
-    // previous build's.
-    const { startCmd: _s, readyCmd: _r, ...kept } = existing?.spec ?? {};
-    const spec = TemplateSpec.safeParse({
-      ...kept,
-      ...(b.inherit ?? {}),
-      cluster: b.cluster,
-      image: b.image,
-      cpuCount: b.cpuCount,
-      memoryMB: b.memoryMB,
-      user: r.user,
-      workdir: r.workdir,
-      env: r.env,
-      ...(b.startCmd ? { startCmd: b.startCmd } : {}),
-      ...(b.readyCmd ? { readyCmd: b.readyCmd } : {}),
-    });
-    if (!spec.success) {
-      await finish(env, b, { status: "error", reason: { message: `the built template is not valid: ${spec.error.issues[0]?.message ?? "?"}`, step: "finalize" } });
-      continue;
-    }
-    // Not `byCluster`: the cluster ran the edge's build, it did not choose the placement, so the
-    // team is bound to the build's cluster as for an admin's write (schema/db/tables.ts
-    // `team_clusters`): its pool's sandboxes there need the team's profiles.
-    const put = await putTemplate(env, { teamName: b.teamName, templateId: b.templateId, public: existing?.public ?? false, spec: spec.data });
-    if (!put.ok) {
-      await finish(env, b, { status: "error", reason: { message: `the template could not be registered: ${put.error.message}`, step: "finalize" } });
-      continue;
-    }
-    await putTags(db, b.teamId, b.templateId, b.tags, b.id);
-    await finish(env, b, { status: "ready" });
-    // The previous build's image, now that its tags may have moved to this build (putTemplate's
-    // pass ran before they had), and the builds that stood on another image are done.
-    await nudgeImageGc(env, b.cluster);
   }
+  return stored;
+}
+
+/** One build's item; true when it carried a result that needs no further delivery. */
+async function recordBuildItem(env: Env, cluster: string, item: BuildEvents["items"][number]): Promise<boolean> {
+  const db = getDb(env);
+  const b = await getBuild(db, item.buildId);
+  if (!b && item.result) {
+    // Its template was deleted while it ran: the delete claimed its image before the agent
+    // published it (and may have sent the name already). Claimed again, it is sent again.
+    const image = `b-${item.buildId}`;
+    if (BUILT_IMAGE.test(image) && (await claimUnusedImages(db, [image], cluster, Date.now(), true)).size) await nudgeImageGc(env, cluster);
+    return true;
+  }
+  if (!b || b.cluster !== cluster) return item.result !== undefined;
+  const r = item.result;
+  if (b.status !== "building") {
+    // A repeat (the ack of the first was lost) or a late result (the build was failed for its
+    // silence meanwhile): what it ended as stands.
+    if (r && r.status !== b.status) console.warn(`build ${b.id}: a ${r.status} result ignored, the build already ended ${b.status}`);
+    return r !== undefined;
+  }
+  await appendLogs(db, b.id, item.logs, MAX_BUILD_LOG_ENTRIES);
+  if (!r) {
+    await touchBuild(db, b.id);
+    return false;
+  }
+  if (r.status === "error") {
+    await finish(env, b, { status: "error", reason: { message: r.message, ...(r.step ? { step: r.step } : {}) } });
+    return true;
+  }
+  const existing = await getTemplate(db, b.teamId, b.templateId);
+  // The commands are the build's own (or its base's): a rebuild without them has none, not the
+  // previous build's.
+  const { startCmd: _s, readyCmd: _r, ...kept } = existing?.spec ?? {};
+  const spec = TemplateSpec.safeParse({
+    ...kept,
+    ...(b.inherit ?? {}),
+    cluster: b.cluster,
+    image: b.image,
+    cpuCount: b.cpuCount,
+    memoryMB: b.memoryMB,
+    user: r.user,
+    workdir: r.workdir,
+    env: r.env,
+    ...(b.startCmd ? { startCmd: b.startCmd } : {}),
+    ...(b.readyCmd ? { readyCmd: b.readyCmd } : {}),
+  });
+  if (!spec.success) {
+    await finish(env, b, { status: "error", reason: { message: `the built template is not valid: ${spec.error.issues[0]?.message ?? "?"}`, step: "finalize" } });
+    return true;
+  }
+  // Not `byCluster`: the cluster ran the edge's build, it did not choose the placement, so the
+  // team is bound to the build's cluster as for an admin's write (schema/db/tables.ts
+  // `team_clusters`): its pool's sandboxes there need the team's profiles.
+  const put = await putTemplate(env, { teamName: b.teamName, templateId: b.templateId, public: existing?.public ?? false, spec: spec.data });
+  if (!put.ok) {
+    await finish(env, b, { status: "error", reason: { message: `the template could not be registered: ${put.error.message}`, step: "finalize" } });
+    return true;
+  }
+  await putTags(db, b.teamId, b.templateId, b.tags, b.id);
+  await finish(env, b, { status: "ready" });
+  // The previous build's image, now that its tags may have moved to this build (putTemplate's
+  // pass ran before they had), and the builds that stood on another image are done.
+  await nudgeImageGc(env, b.cluster);
+  return true;
 }
 
 function entry(l: LogRow): BuildLogEntry {

@@ -11,11 +11,21 @@ import { jsonBytes } from "./batches.ts";
  *   edge  → agent build        one build: its base, steps, and the rootfs template to produce
  *   agent → edge  buildEvents  log lines as they happen (batched), and once the end: ready with
  *                              the template's final config, or error with the reason
+ *   edge  → agent buildAcks    (an edge listing "buildAcks", to frames that ask: `ack`) the
+ *                              builds whose result the edge has stored, or had already
  *
- * A build is not redelivered: an agent that restarts mid-build loses it, and the edge fails a
- * build that reports nothing for BUILD_SILENCE_MS.
+ * A build frame is not redelivered: an agent that loses its data directory loses the build, and
+ * the edge fails a build that reports nothing for BUILD_SILENCE_MS. A result is delivered at least
+ * once to an edge listing BUILD_ACKS_FEATURE: the agent keeps it (its journal) until the edge
+ * acks it, and sends it again after a reconnect and every RESULT_RESEND_MS (the local builder's) meanwhile; the edge
+ * applies a build's first result only (one already ended stays as it ended). Log lines are not
+ * acked: those sent just before a session drops may be lost.
  */
 export const BUILD_FEATURE = "builds";
+/** Welcome feature: this edge answers a `buildEvents` frame that says `ack` with `buildAcks` once
+ * its results are stored. An older edge does not: the agent then forgets a build once its result
+ * left (at most once, as before). */
+export const BUILD_ACKS_FEATURE = "buildAcks";
 
 const BuildId = z.string().regex(/^[a-z0-9-]{1,64}$/);
 /** A rootfs template name in the agent's RootfsStore. */
@@ -85,5 +95,16 @@ export const BuildEventsSchema = z.object({
     .array(z.object({ buildId: BuildId, logs: z.array(BuildLogSchema).max(500), result: BuildResultSchema.optional() }))
     .min(1)
     .max(64),
+  /** The agent waits for `buildAcks` of the results in this frame (sent only to an edge listing
+   * BUILD_ACKS_FEATURE; an older edge drops the field unread). */
+  ack: z.boolean().optional(),
 });
 export type BuildEvents = z.infer<typeof BuildEventsSchema>;
+
+/** The builds whose results of an acked `buildEvents` frame the edge has stored (or had stored
+ * before, or cannot store: a build it no longer has): the agent forgets them. */
+export const BuildAcksSchema = z.object({
+  type: z.literal("buildAcks"),
+  buildIds: z.array(BuildId).min(1).max(64),
+});
+export type BuildAcks = z.infer<typeof BuildAcksSchema>;

@@ -5,7 +5,7 @@ import { SandboxIdSchema, SnapshotIdSchema } from "./ids.ts";
 import { IntentSchema, PauseStrategySchema } from "./intent.ts";
 import { ObservationSchema } from "./observation.ts";
 import { AutoscalersSchema, UpdateOpsItemsSchema, TrafficPolicyObjectsSchema, SecurityProfileObjectsSchema, ClaimsSchema, QuotasSchema, RepliesSchema, RequestsSchema, SandboxSetsSchema } from "./crd-sync.ts";
-import { BuildEventsSchema, BuildFrameSchema } from "./build.ts";
+import { BuildAcksSchema, BuildEventsSchema, BuildFrameSchema } from "./build.ts";
 import { MAX_LOGS_LIMIT, SandboxLogEntrySchema, SandboxLogsQuerySchema } from "../api/sandbox-logs.ts";
 import { MAX_FRAME_SANDBOXES, MAX_MESSAGE_LENGTH, MAX_NAME_LENGTH, MAX_PATH_LENGTH } from "../api/limits.ts";
 import { batches, FRAME_MAX_BYTES, jsonBytes } from "./batches.ts";
@@ -41,7 +41,7 @@ import { batches, FRAME_MAX_BYTES, jsonBytes } from "./batches.ts";
  *   edge  → agent rootfsDeletes    a deleted template's built root filesystems (best effort)
  *   agent → edge  sandboxsets, requests, claims, quotas, autoscalers, updateops, trafficpolicyobjects, securityprofileobjects; edge → agent replies: the cluster's
  *                                custom resources (kubernetes driver), see crd-sync.ts
- *   edge  → agent build; agent → edge buildEvents: template builds, see build.ts
+ *   edge  → agent build, buildAcks; agent → edge buildEvents: template builds, see build.ts
  *   edge  → agent logsRequest    a sandbox's logs (E2B's logs routes); the agent answers `logs`
  *                                with the same id (an older agent ignores it: the edge times out)
  *
@@ -289,6 +289,7 @@ export const EdgeMessageSchema = z.discriminatedUnion("type", [
   ProtocolErrorSchema,
   RepliesSchema,
   BuildFrameSchema,
+  BuildAcksSchema,
   LogsRequestSchema,
   SnapshotDeletesSchema,
   TrafficPoliciesSchema,

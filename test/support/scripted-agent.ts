@@ -128,6 +128,8 @@ export class ScriptedAgent {
   readonly secrets = new Map<string, Record<string, string> | undefined>();
   /** Every build frame received. */
   readonly builds: BuildFrame[] = [];
+  /** The build ids of every buildAcks frame received, in order. */
+  readonly buildAcks: string[] = [];
   /** Every intent received, in arrival order (including duplicates and stale ones). */
   readonly received: { seq: number; intent: Intent }[] = [];
   readonly errors: string[] = [];
@@ -309,6 +311,9 @@ export class ScriptedAgent {
         break;
       case "build":
         this.builds.push(msg);
+        break;
+      case "buildAcks":
+        this.buildAcks.push(...msg.buildIds);
         break;
       case "replies":
         break; // CRD sync answers: test/support/crd-link.ts taps them off the socket

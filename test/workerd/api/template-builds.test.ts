@@ -521,6 +521,58 @@ describe("template build API", () => {
     }
   });
 
+  it("a result is applied once and acked only once stored: a repeat (its ack lost with the session) is acked again and changes nothing, a different later result is ignored", async () => {
+    const team = await createTeam(unique("tb-ack"));
+    const db = getDb(env);
+    const lines = async (id: string) => Number((await db.$client.execute({ sql: "SELECT count(*) AS n FROM template_build_logs WHERE build_id = ?", args: [id] })).rows[0]!.n);
+    let agent = await startAgent(team.cluster, { builder: true });
+    try {
+      const { buildID: id } = await requestBuild(team.key, team.template);
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: { steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+      await agent.waitUntil(() => agent.builds.length === 1);
+      expect(agent.welcome!.features).toContain("buildAcks");
+      const status = async () => (await expectStatus(call(`/templates/${team.template}/builds/${id}/status?logsOffset=0`, { key: team.key }), 200)) as { status: string; logEntries: unknown[] };
+      const ready = { status: "ready" as const, user: "root", workdir: "/app", env: { A: "1" } };
+      const item = { buildId: id, logs: [{ seq: 0, at: Date.now(), level: "info" as const, message: "done" }], result: ready };
+      // Lines alone are not acked, nor is a frame that does not ask (an older agent).
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [{ buildId: id, logs: [{ seq: 0, at: Date.now(), level: "info", message: "done" }] }] });
+      await poll(async () => (await status()).logEntries.length === 1);
+      // The session drops right after the result left: the edge may or may not have had it.
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [item] });
+      agent.disconnect();
+      agent = await startAgent(team.cluster, { builder: true });
+      // The agent sends it again on its next session: acked there, once stored.
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [item] });
+      await agent.waitUntil(() => agent.buildAcks.includes(id));
+      expect((await status()).status).toBe("ready");
+      const spec = (await expectStatus(call(`/admin/teams/${team.name}/templates/${team.template}`), 200)).spec;
+      expect(spec).toMatchObject({ image: `b-${id}`, user: "root", workdir: "/app", env: { A: "1" } });
+      // The first session's frame, if the edge had it, may be acked on this session too (the ack
+      // goes on the session open when its writes are done): harmless, counted from here on.
+      await new Promise((r) => setTimeout(r, 300));
+      const base = agent.buildAcks.length;
+      // Once more, and then a different result for the same build: acked, and nothing changes.
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [item] });
+      await agent.waitUntil(() => agent.buildAcks.length === base + 1);
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [{ buildId: id, logs: [], result: { status: "error", message: "late" } }] });
+      await agent.waitUntil(() => agent.buildAcks.length === base + 2);
+      agent.sendFrame({ type: "buildEvents", items: [{ buildId: id, logs: [], result: { status: "ready", user: "other", workdir: "/", env: {} } }] });
+      await new Promise((r) => setTimeout(r, 200));
+      expect(agent.buildAcks.slice(base)).toEqual([id, id]);
+      const after = await expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200);
+      expect(after.status).toBe("ready");
+      expect(after.reason).toBeUndefined();
+      expect(await lines(id)).toBe(1);
+      expect((await expectStatus(call(`/admin/teams/${team.name}/templates/${team.template}`), 200)).spec).toEqual(spec);
+      // A build this edge does not have (deleted with its template) is acked too: nothing to store.
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [{ buildId: "0".repeat(8), logs: [], result: ready }] });
+      await agent.waitUntil(() => agent.buildAcks.length === base + 3);
+      expect(agent.buildAcks.at(-1)).toBe("0".repeat(8));
+    } finally {
+      agent.disconnect();
+    }
+  });
+
   it("a failing build is status error with the reason and its last log lines", async () => {
     const team = await createTeam(unique("tb-fail"));
     const agent = await startAgent(team.cluster, { builder: true });

@@ -28,8 +28,10 @@ export interface BuilderOptions {
   cgroups?: CgroupLayout;
   /** Fetches a copy step's archive from the edge (`filesPath` + hash, with the cluster token). */
   fetchFile(path: string): Promise<Uint8Array>;
-  /** Sends events; false when the link is down (they are sent with the next batch). */
-  send(items: BuildEvents["items"]): boolean;
+  /** Sends events: "ack" when the edge acks the results in them once stored (`acked`: the builder
+   * keeps each until then and sends it again), true when it does not (an older edge: a result that
+   * left is forgotten), false when the link is down (they are sent with the next batch). */
+  send(items: BuildEvents["items"]): boolean | "ack";
   log?: (msg: string, fields?: Record<string, unknown>) => void;
   /** Longest one step may run. */
   stepTimeoutMs?: number;
@@ -75,8 +77,13 @@ const MIN_STEP_FILES = 1024;
  * while it still runs here, freeing its slot and quota on the edge. */
 const HEARTBEAT_MS = 5 * 60_000;
 /** Refused sends of one build's events before it is given up (its result replaced by an error
- * in between, so a result the link refuses still ends the build on the edge). */
+ * in between, so a result the link refuses still ends the build on the edge): it is stopped (its
+ * step killed, its staging removed) and ends with GIVEN_UP, a result no link refuses. */
 const SEND_FAILURES = 3;
+const GIVEN_UP = "the build's events could not be sent to the edge (see the agent's log): it was stopped";
+/** A result sent to an edge that acks results and not acked in this long is sent again (the edge's
+ * store failed meanwhile); a new session sends it at once (`relinked`). */
+export const RESULT_RESEND_MS = 30_000;
 /** Longest one step may run unless the options say otherwise. */
 const STEP_TIMEOUT_MS = 30 * 60_000;
 
@@ -112,14 +119,23 @@ class Events {
   /** When its last frame left: a build that prints nothing still says it lives (HEARTBEAT_MS). */
   sentAt = Date.now();
   result: BuildResult | undefined;
+  /** When its result last left for an edge that acks results, until the ack (0: due again). */
+  unacked: number | undefined;
   /** Frames with this build's events the link refused (TemplateBuilder #unsent). */
   sendFailures = 0;
+  /** Given up (#unsent): no more lines, and its end is GIVEN_UP once its run stopped. */
+  givenUp = false;
+  /** Its run (steps, claim wait, the copy of a layer) ended: settled, or there was none (resumed
+   * with its result from the journal). */
+  settled = false;
+  /** Stops its run: the same path as the step timeout (the step killed, its cgroup and staging removed). */
+  readonly stop = new AbortController();
   readonly buildId: string;
   constructor(buildId: string) {
     this.buildId = buildId;
   }
   add(message: string, level: BuildLog["level"] = "info", step?: string): void {
-    if (this.seq >= MAX_BUILD_LOG_ENTRIES) return;
+    if (this.seq >= MAX_BUILD_LOG_ENTRIES || this.givenUp) return;
     const last = this.seq === MAX_BUILD_LOG_ENTRIES - 1;
     this.pending.push({ seq: this.seq++, at: Date.now(), level: last ? "warn" : level, message: last ? "… more output was cut" : clipText(message, MAX_MESSAGE_LENGTH), ...(step ? { step } : {}) });
   }
@@ -138,6 +154,8 @@ export class TemplateBuilder {
   /** Ends every build's wait for another builder's step claim when the builder is disposed. */
   readonly #disposed = new AbortController();
   #timer: NodeJS.Timeout | undefined;
+  /** Whether the last send went to an edge that acks results (BuilderOptions.send's "ack"). */
+  #acks = false;
 
   constructor(opts: BuilderOptions) {
     this.#o = opts;
@@ -154,35 +172,65 @@ export class TemplateBuilder {
     // Mounts and claims before the builds below start; the dead trees go meanwhile.
     void removeDeadStaging(join(this.#o.store.root, "layers")).catch((err: Error) => this.#o.log?.(`dead build staging: ${err.message}`));
     const entries = this.#journal.list((file, why) => this.#o.log?.(`build journal entry ${file} dropped: ${why}`));
-    for (const { frame, seq } of entries) {
-      this.#o.log?.("resuming a build after an agent restart", { buildId: frame.buildId });
-      this.start(frame, seq);
+    for (const { frame, seq, result } of entries) {
+      this.#o.log?.(result ? "sending a build's result again after an agent restart" : "resuming a build after an agent restart", { buildId: frame.buildId });
+      this.start(frame, seq, result);
     }
     return entries.length;
   }
 
-  /** Starts a build in the background; its events leave through `send`. A repeat is ignored. */
-  start(frame: BuildFrame, resumeSeq?: number): void {
+  /** Starts a build in the background; its events leave through `send`. A repeat is ignored. A
+   * resumed one (`resumeSeq`) goes on from its cached steps, or, if it had ended (`result`, not
+   * acked before the restart), only sends its result again. */
+  start(frame: BuildFrame, resumeSeq?: number, result?: BuildResult): void {
     if (this.#builds.has(frame.buildId)) return;
     const ev = new Events(frame.buildId);
-    if (resumeSeq !== undefined) {
-      ev.seq = resumeSeq;
-      ev.add("The agent restarted during this build: resuming it (finished steps are cached)", "warn");
-    }
+    if (resumeSeq !== undefined) ev.seq = resumeSeq;
     this.#builds.set(frame.buildId, ev);
     this.#frames.set(frame.buildId, frame);
-    this.#journalWrite(() => this.#journal?.put({ frame, seq: ev.seq - ev.pending.length }));
     this.#arm();
+    if (result) {
+      ev.settled = true;
+      ev.result = result;
+      return;
+    }
+    if (resumeSeq !== undefined) ev.add("The agent restarted during this build: resuming it (finished steps are cached)", "warn");
+    this.#journalWrite(() => this.#journal?.put({ frame, seq: ev.seq - ev.pending.length }));
     void this.#run(frame, ev)
       .then(
-        (r) => (ev.result = r),
-        (err: Error) => {
+        (r): BuildResult => r,
+        (err: Error): BuildResult => {
           const step = err instanceof StepFailed ? err.step : undefined;
           ev.add(err.message, "error", step);
-          ev.result = { status: "error", message: clipText(err.message, MAX_MESSAGE_LENGTH), ...(step ? { step } : {}) };
+          return { status: "error", message: clipText(err.message, MAX_MESSAGE_LENGTH), ...(step ? { step } : {}) };
         },
       )
-      .then(() => this.#flush());
+      .then((r) => {
+        ev.settled = true;
+        if (this.#builds.get(frame.buildId) !== ev) return; // forgotten meanwhile (#unsent)
+        this.#ended(ev, ev.givenUp ? { status: "error", message: GIVEN_UP } : r);
+        this.#flush();
+      });
+  }
+
+  /** A build's end, kept in its journal entry until the edge has it (an edge that acks results):
+   * a restart sends it again instead of running the build again. */
+  #ended(ev: Events, result: BuildResult): void {
+    ev.result = result;
+    this.#keep(ev);
+  }
+
+  /** The builds whose results the edge stored (its `buildAcks`): forgotten, here and in the journal. */
+  acked(buildIds: string[]): void {
+    for (const id of buildIds) if (this.#builds.get(id)?.unacked !== undefined) this.#end(id);
+    if (!this.#builds.size) this.stop();
+  }
+
+  /** A new session with the edge: results it has not acked go again now (the previous session may
+   * have dropped before their acks, or before they arrived). */
+  relinked(): void {
+    for (const ev of this.#builds.values()) if (ev.unacked !== undefined) ev.unacked = 0;
+    if (this.#builds.size) this.#arm();
   }
 
   /** The layers running builds hold (see #held): kept by a retire sweep. */
@@ -221,6 +269,8 @@ export class TemplateBuilder {
     // the rest leave with the next flush.
     let room = FRAME_MAX_BYTES;
     for (const ev of this.#builds.values()) {
+      // A result that left waits for the edge's ack; again after a new session or RESULT_RESEND_MS.
+      if (ev.unacked !== undefined && Date.now() - ev.unacked < RESULT_RESEND_MS) continue;
       if (!ev.pending.length && !ev.result && Date.now() - ev.sentAt < HEARTBEAT_MS) continue;
       let n = 0;
       while (n < Math.min(ev.pending.length, 500) && (room -= jsonBytes(ev.pending[n]!)) >= 0) n++;
@@ -239,7 +289,8 @@ export class TemplateBuilder {
       const ev = this.#builds.get(it.buildId)!;
       ev.pending.splice(0, it.logs.length);
       ev.sentAt = Date.now();
-      if (it.result) this.#end(it.buildId);
+      if (it.result && this.#acks) ev.unacked = Date.now();
+      else if (it.result) this.#end(it.buildId);
       else if (it.logs.length) this.#keep(ev);
     }
     if (!this.#builds.size) this.stop();
@@ -252,7 +303,10 @@ export class TemplateBuilder {
    * frame of several go again one by one: only an item refused alone costs its build (#unsent). */
   #deliver(items: BuildEvents["items"]): BuildEvents["items"] | undefined {
     try {
-      return this.#o.send(items) ? items : undefined;
+      const went = this.#o.send(items);
+      if (!went) return undefined;
+      this.#acks = went === "ack";
+      return items;
     } catch (err) {
       this.#o.log?.(`build events not sent: ${(err as Error).message.slice(0, 500)}`, { builds: items.length });
       if (items.length === 1) {
@@ -270,18 +324,29 @@ export class TemplateBuilder {
   }
 
   /** An item the link refused alone: its lines are dropped (one warn line says how many), a result
-   * in it becomes an error result, and a build refused SEND_FAILURES times is given up (the edge
-   * fails it when it hears nothing). */
+   * in it becomes an error result, and a build refused SEND_FAILURES times is given up: its run is
+   * stopped as a step timeout stops it (killed, cgroup and staging removed), its lines after that
+   * are dropped, and it ends with GIVEN_UP once the run stopped, so the edge fails it then rather
+   * than after BUILD_SILENCE_MS. If even that is refused, it is forgotten. */
   #unsent(ev: Events, it: BuildEvents["items"][number], err: Error): void {
     ev.pending.splice(0, it.logs.length);
-    if (++ev.sendFailures >= SEND_FAILURES) {
-      this.#o.log?.("build given up: its events cannot be sent", { buildId: ev.buildId });
+    const failures = ++ev.sendFailures;
+    if (failures > SEND_FAILURES || (ev.givenUp && it.result)) {
+      this.#o.log?.("build forgotten: even its end cannot be sent", { buildId: ev.buildId });
       this.#end(ev.buildId);
       if (!this.#builds.size) this.stop();
       return;
     }
+    if (failures === SEND_FAILURES) {
+      this.#o.log?.("build given up: its events cannot be sent; stopping it", { buildId: ev.buildId });
+      ev.givenUp = true;
+      ev.pending.length = 0;
+      ev.stop.abort(new Error(GIVEN_UP));
+      if (ev.settled) this.#ended(ev, { status: "error", message: GIVEN_UP });
+      return;
+    }
     if (it.logs.length) ev.add(`${it.logs.length} log lines could not be sent to the edge`, "warn");
-    if (it.result) ev.result = { status: "error", message: clipText(`the build's result could not be sent to the edge: ${err.message}`, MAX_MESSAGE_LENGTH) };
+    if (it.result) this.#ended(ev, { status: "error", message: clipText(`the build's result could not be sent to the edge: ${err.message}`, MAX_MESSAGE_LENGTH) });
   }
 
   /** A build whose end was reported (or given up): forgotten, here and in the journal. */
@@ -292,7 +357,7 @@ export class TemplateBuilder {
   }
 
   #keep(ev: Events): void {
-    this.#journalWrite(() => this.#journal?.put({ frame: this.#frames.get(ev.buildId)!, seq: ev.seq - ev.pending.length }));
+    this.#journalWrite(() => this.#journal?.put({ frame: this.#frames.get(ev.buildId)!, seq: ev.seq - ev.pending.length, ...(ev.result ? { result: ev.result } : {}) }));
   }
 
   /** A journal the disk refuses (full, read-only) costs the resume after a restart, not the agent. */
@@ -338,7 +403,10 @@ export class TemplateBuilder {
     const layers = [...baseLayers];
     // What this build's own layers may still take (cached ones were paid for by the build that made them).
     const budget = { mb: this.#o.buildDiskMB, files: this.#o.buildFiles ?? BUILD_FILES };
+    // Stopped (given up, #unsent) or the builder disposed: a claim wait ends at once; a step is killed.
+    const signal = AbortSignal.any([this.#disposed.signal, ev.stop.signal]);
     for (const p of plan.steps) {
+      if (ev.stop.signal.aborted) throw new StepFailed((ev.stop.signal.reason as Error).message, p.label);
       const line = describeStep(p, plan.steps.length);
       if (!p.layer) {
         ev.add(line, "info", p.label);
@@ -356,9 +424,9 @@ export class TemplateBuilder {
         // The other build's step ends within its own timeout (the same default): a wait longer
         // than that is a hung owner, and this build fails saying so rather than waiting forever.
         maxWaitMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
-        signal: this.#disposed.signal,
+        signal,
       }).catch((err: Error) => {
-        const why = this.#disposed.signal.aborted ? (this.#disposed.signal.reason as Error).message : err.message;
+        const why = signal.aborted ? (signal.reason as Error).message : err.message;
         throw new StepFailed(`step ${p.label} (${p.step.type}): ${why}`, p.label);
       });
       if (claim === "cached") {
@@ -422,6 +490,8 @@ export class TemplateBuilder {
         config: p.config,
         step,
         timeoutMs: this.#o.stepTimeoutMs ?? STEP_TIMEOUT_MS,
+        // A build given up is stopped as a timeout stops its step (killed; the cgroup below is killed too).
+        signal: ev.stop.signal,
         onLine: (l, stream) => ev.add(l, stream === "stderr" ? "warn" : "info", p.label),
         ...(diskMB !== undefined ? { diskMB, files } : {}),
         ...(userns ? { userns } : {}),

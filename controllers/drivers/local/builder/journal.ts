@@ -1,11 +1,12 @@
 // The builds this agent has been handed and not finished, on disk, so an agent that died mid-build
 // resumes them when it starts again (steps already committed are cached layers, so the build goes
 // on from the step that was cut). Each entry keeps the next log sequence number the edge has not
-// seen, so lines after the restart are new lines there, not repeats it drops.
+// seen, so lines after the restart are new lines there, not repeats it drops, and a build's end
+// until the edge acked it, so a restart sends that again instead of running the build again.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BuildFrameSchema, type BuildFrame } from "../../../../schema/protocol/build.ts";
+import { BuildFrameSchema, BuildResultSchema, type BuildFrame, type BuildResult } from "../../../../schema/protocol/build.ts";
 import { removeDeadClaims } from "./step-claim.ts";
 import { removeMountPoint, STEP_ROOTS, stepRootOf } from "./sandbox.ts";
 import { mountsUnder } from "../userns.ts";
@@ -16,6 +17,8 @@ export interface JournalEntry {
   frame: BuildFrame;
   /** The first log sequence number not yet delivered. */
   seq: number;
+  /** How it ended, while the edge has not acked that (builder.ts `acked`). */
+  result?: BuildResult;
 }
 
 export class BuildJournal {
@@ -48,10 +51,12 @@ export class BuildJournal {
     for (const name of readdirSync(this.#dir)) {
       if (!name.endsWith(".json")) continue;
       try {
-        const raw = JSON.parse(readFileSync(join(this.#dir, name), "utf8")) as { frame: unknown; seq: unknown };
+        const raw = JSON.parse(readFileSync(join(this.#dir, name), "utf8")) as { frame: unknown; seq: unknown; result?: unknown };
         const frame = BuildFrameSchema.parse(raw.frame);
         const seq = Number.isSafeInteger(raw.seq) && (raw.seq as number) >= 0 ? (raw.seq as number) : 0;
-        out.push({ frame, seq });
+        // A result the link's schema refuses is run again rather than sent into the same refusal.
+        const result = raw.result === undefined ? undefined : BuildResultSchema.safeParse(raw.result).data;
+        out.push({ frame, seq, ...(result ? { result } : {}) });
       } catch (err) {
         onBad(name, (err as Error).message);
         rmSync(join(this.#dir, name), { force: true });

@@ -86,6 +86,7 @@ export interface StepRun {
   timeoutMs: number;
   /** cgroup.procs files bwrap joins before it starts anything (the step's limits). */
   cgroupProcs?: string[];
+  /** Stops the step (its command, or the copy of its layer) as the timeout does: SIGKILL. */
   signal?: AbortSignal;
   /** The seccomp program bwrap loads into the step's command (seccomp.ts); none: no filter. */
   seccomp?: Uint8Array;
@@ -214,10 +215,11 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
       mkdirSync(layer);
       const procs = r.cgroupProcs ?? [];
       try {
-        await run("/bin/sh", ["-c", JOIN, "sh", String(procs.length), ...procs, "cp", "-a", "--", `${from}/.`, layer], { env: HOST_ENV, timeout: r.timeoutMs, maxBuffer: 1 << 20 });
+        await run("/bin/sh", ["-c", JOIN, "sh", String(procs.length), ...procs, "cp", "-a", "--", `${from}/.`, layer], { env: HOST_ENV, timeout: r.timeoutMs, maxBuffer: 1 << 20, signal: r.signal, killSignal: "SIGKILL" });
       } catch (err) {
         // Its message names host paths: the build's log gets the gist, the agent's the detail.
         console.warn(`build step copy off its disk: ${(err as Error).message.slice(0, 2000)}`);
+        if (r.signal?.aborted) throw r.signal.reason;
         const why = (err as { killed?: boolean }).killed ? "it ran out of time" : ((err as { stderr?: string }).stderr ?? "").includes("File name too long") ? "a path in it is too long" : "see the agent's log";
         throw new Error(`the step's files could not be copied into its layer (${why})`);
       }
@@ -317,7 +319,7 @@ function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<nu
     const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, ...as, "bwrap", "--args", String(ARGS_FD), "--", ...command];
     // A copy step's archive is the command's stdin (extracted inside): no path bwrap must reach.
     const stdin = s.kind === "copy" ? openSync(s.archive, "r") : "ignore";
-    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", r.net ? r.net.nsFd : "ignore", ...opened], env: HOST_ENV, signal: r.signal, cwd: "/" });
+    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", r.net ? r.net.nsFd : "ignore", ...opened], env: HOST_ENV, signal: r.signal, killSignal: "SIGKILL", cwd: "/" });
     for (const fd of opened) closeSync(fd);
     if (typeof stdin === "number") closeSync(stdin);
     let timedOut = false;

@@ -1,20 +1,27 @@
 // Template builds sharing this machine's layer store (builder/step-claim.ts, builder/dead-cgroups.ts):
 // two builds of the same step at once run it once (the second waits and finds it cached), and a
 // direct build killed with SIGKILL mid-step leaves its cgroups, its step's processes, mounts and claim
-// only until the next direct build starts. Needs root (the global setup built `base`).
+// only until the next direct build starts; and a build the agent gives up because the link refuses
+// its frames (builder.ts SEND_FAILURES) is stopped at once, its step's processes, staging and
+// cgroup gone, and ends as an error the edge gets. Needs root (the global setup built `base`).
 import { execFileSync, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, realpathSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, describe, expect, it } from "vitest";
 import { deadDirectBuildCgroups } from "../../../../controllers/drivers/local/builder/dead-cgroups.ts";
+import { TemplateBuilder } from "../../../../controllers/drivers/local/builder/builder.ts";
+import { detectCgroups } from "../../../../controllers/drivers/local/cgroups.ts";
+import { UidRanges } from "../../../../controllers/drivers/local/uid-range.ts";
+import { usernsUnavailable } from "../../../../controllers/drivers/local/userns.ts";
 import { runDirectBuild, type DirectBuild } from "../../../../controllers/drivers/local/builder/direct-build.ts";
 import { layerIdOf, planSteps } from "../../../../controllers/drivers/local/builder/plan.ts";
 import { RootfsStore } from "../../../../controllers/drivers/local/rootfs/store.ts";
 import { STEP_ROOTS } from "../../../../controllers/drivers/local/builder/sandbox.ts";
 import { TemplateStep } from "../../../../schema/api/template-build.ts";
-import type { BuildLog } from "../../../../schema/protocol/build.ts";
+import type { BuildEvents, BuildLog } from "../../../../schema/protocol/build.ts";
 import { removeBuiltLayers } from "../../../support/built-layers.ts";
 
 const ROOT = resolve(import.meta.dirname, "../../../..");
@@ -124,5 +131,49 @@ describe("builds sharing the layer store", () => {
     expect(mountsOf(child.pid)).toEqual([]);
     expect(readdirSync(STEP_ROOTS).filter((n) => n.includes(`-${child.pid}-`))).toEqual([]);
     expect(processesWith(`gone-step-${tag}`)).toEqual([]);
+  }, 120_000);
+
+  it("a build whose frames the link refuses is stopped: no process of its step is left, its staging and cgroup go, and the edge gets its end as an error", async () => {
+    const marker = `given-up-${tag}`;
+    const cgroups = detectCgroups(`kruise-builds-test-${tag}`).layout;
+    const journal = mkdtempSync(join(tmpdir(), "build-given-up-"));
+    const sent: BuildEvents["items"] = [];
+    let refusing = false;
+    const b = new TemplateBuilder({
+      store,
+      cgroups,
+      journalDir: journal,
+      flushMs: 50,
+      fetchFile: () => Promise.reject(new Error("no files")),
+      // Once the step runs, every frame with its lines is refused, as the link's own check refuses one.
+      send: (items) => {
+        if (refusing && items.some((i) => i.logs.length)) throw new Error("agent frame invalid");
+        sent.push(...items);
+        return "ack";
+      },
+      uids: usernsUnavailable() ?? new UidRanges(),
+    });
+    try {
+      // It prints (so frames go, and are refused) and sleeps under a name we can find.
+      const step = TemplateStep.parse({ type: "RUN", args: [`(while :; do echo tick; sleep 0.05; done) & exec -a ${marker} sleep 600`, "root"] });
+      b.start({ type: "build", buildId: `given-up-${tag}`, teamId: `test-${tag}`, from: { rootfs: "base" }, steps: [step], force: false, cpuCount: 1, memoryMB: 512, output: `given-up-${tag}`, filesPath: "" });
+      await expect.poll(() => processesWith(marker).length > 0, { timeout: 60_000, interval: 100 }).toBe(true);
+      await expect.poll(() => sent.some((i) => i.logs.some((l) => l.message === "tick")), { timeout: 10_000, interval: 50 }).toBe(true);
+      refusing = true;
+      await expect.poll(() => sent.find((i) => i.result)?.result, { timeout: 30_000, interval: 100 }).toEqual({ status: "error", message: "the build's events could not be sent to the edge (see the agent's log): it was stopped" });
+      // The result is sent once the run stopped: its processes, staging and cgroup are gone by then.
+      expect(processesWith(marker)).toEqual([]);
+      const staging = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((n) => n.startsWith(".build-") && n.includes(`-${process.pid}-`)) : []);
+      expect(staging(realpathSync(join(store.root, "layers")))).toEqual([]);
+      expect(staging(STEP_ROOTS)).toEqual([]);
+      if (cgroups) for (const parent of [cgroups.coreParent, ...Object.values(cgroups.v1Parents)]) expect(readdirSync(parent).filter((n) => n.startsWith(`given-up-${tag}`))).toEqual([]);
+      // Kept in the journal (with its end) until the edge acks it.
+      expect(readdirSync(journal)).toEqual([`given-up-${tag}.json`]);
+      b.acked([`given-up-${tag}`]);
+      expect(readdirSync(journal)).toEqual([]);
+    } finally {
+      b.dispose();
+      rmSync(journal, { recursive: true, force: true });
+    }
   }, 120_000);
 });

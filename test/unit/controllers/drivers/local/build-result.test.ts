@@ -3,9 +3,7 @@
 // error before any step runs, and a send the link refuses (it throws, as its own frame check does)
 // neither escapes the builder's timer (an agent crash) nor leaves the build in the journal to
 // replay into the same throw after a restart. ENV-only builds: no step runs, no root needed.
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readdirSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
 import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
@@ -13,28 +11,15 @@ import { MAX_ENV_VALUE_LENGTH, MAX_ENV_VARS, MAX_TEMPLATE_CONFIG_BYTES } from ".
 import { FRAME_MAX_BYTES, jsonBytes } from "../../../../../schema/protocol/batches.ts";
 import type { BuildEvents, BuildFrame } from "../../../../../schema/protocol/build.ts";
 import { AgentMessageSchema } from "../../../../../schema/protocol/messages.ts";
+import { storeWithBase as baseStore, tmpDirs } from "./build-store.ts";
 
-const dirs: string[] = [];
+const { tmp, removeTmp } = tmpDirs("build-result-");
 const builders: TemplateBuilder[] = [];
 afterEach(() => {
   for (const b of builders.splice(0)) b.dispose();
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  removeTmp();
 });
-function tmp(): string {
-  const d = mkdtempSync(join(tmpdir(), "build-result-"));
-  dirs.push(d);
-  return d;
-}
-
-async function storeWithBase(): Promise<RootfsStore> {
-  const store = new RootfsStore(tmp());
-  const staging = store.stagingDir("base-l");
-  mkdirSync(join(staging, "rootfs"));
-  writeFileSync(join(staging, "rootfs", "f"), "base");
-  await store.commitLayer(staging, { id: "base-l", kind: "build", source: { step: "RUN", key: "base-l" } }, Date.now(), "", { bytes: 1000, files: 10 });
-  store.putTemplate("base", ["base-l"]);
-  return store;
-}
+const storeWithBase = () => baseStore(tmp());
 
 /** A builder whose send refuses what the edge would refuse, as the link's self-check does: it throws. */
 function builder(store: RootfsStore, journalDir: string, refuse: (items: BuildEvents["items"]) => boolean = () => false, up: () => boolean = () => true) {
@@ -110,7 +95,9 @@ describe("TemplateBuilder: a result the agent link cannot carry", () => {
     const never = builder(store, journal, () => true);
     never.b.start(frame("refused-always", [{ type: "ENV", args: ["A", "1"], force: false }]));
     await expect.poll(() => never.b.active, { timeout: 5_000, interval: 20 }).toBe(0);
-    expect(never.logs).toContain("build given up: its events cannot be sent");
+    expect(never.logs).toContain("build given up: its events cannot be sent; stopping it");
+    // Its end (GIVEN_UP) is refused too here: it is forgotten, not kept sending.
+    expect(never.logs).toContain("build forgotten: even its end cannot be sent");
     expect(readdirSync(journal)).toEqual([]);
   });
 
