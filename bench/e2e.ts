@@ -86,7 +86,8 @@
 //                                          compiler threads); the agent's JS frames with
 //                                          SBX_AGENT_NODE_ARGS=--perf-basic-prof-only-functions
 //   node bench/e2e.ts   prints the figures as JSON (E2E_BENCH_CREATES, E2E_BENCH_CLIENTS, E2E_BENCH_CPU_ONLY=1 for profiling,
-//                       E2E_BENCH_SERIAL=0 without the one-client loop)
+//                       E2E_BENCH_SERIAL=0 without the one-client loop, E2E_BENCH_COUNT=1 the edge's
+//                       invocations by kind: e2e.edge_invocations_each.<kind>, a run of its own)
 import { Sandbox } from "e2b";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
