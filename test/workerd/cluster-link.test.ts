@@ -221,30 +221,6 @@ describe("ClusterDO outbox", () => {
     await next.waitUntil(() => next.running().includes("sbxunack"));
   });
 
-  it("an ack no enqueue awaits is stored with its frame: a restart right after it redelivers nothing", async () => {
-    // The settle's acks (a refill's create, a kill's delete) come one frame at a time: each
-    // deleted its outbox row 50 ms later in a turn and commit of its own; a restart in between
-    // sent the agent the intent again.
-    const c = cluster("c-unawaited");
-    const agent = new ScriptedAgent();
-    await agent.connect(link("c-unawaited"));
-    await c.enqueue([intent("sbxunaw", 1)]);
-    // Acked in memory (the frame's turn is over) and, in the same look, stored.
-    const stored = await waitFor(
-      () =>
-        runInDurableObject(c, async (instance: ClusterDO, state) => {
-          if ((await instance.status()).pending !== 0) return false;
-          return { rows: state.storage.sql.exec<{ n: number }>("SELECT count(*) AS n FROM outbox").one().n };
-        }),
-      { intervalMs: 1 },
-    );
-    expect(stored.rows).toBe(0);
-    await runInDurableObject(c, (_instance: ClusterDO, state) => {
-      state.abort("scripted: the cluster object restarts");
-    }).catch(() => undefined);
-    expect((await cluster("c-unawaited").status()).pending).toBe(0);
-  });
-
   it("after a restart redelivers exactly the unacked intents of a run acked with holes, and numbers on after it", async () => {
     const c = cluster("c-holes");
     // s3 and s5 are held unacked; s1, s2, s4, s6 are acked (with holes below the last ack).
