@@ -700,9 +700,6 @@ export class ClusterDO extends DurableObject<Env> {
    * Acked rows are deleted a little later, in batches: a write in the ack handler would hold the
    * awaiting enqueue's reply behind its commit (output gate). If the object dies first, the rows
    * are redelivered on reconnect and the agent acks them as stale: at-least-once, harmless.
-   * Only for a frame whose acks an enqueue awaits: the others (a pool's refill, a kill's delete,
-   * one at a time while the agent settles) are deleted in the frame's own turn, whose commit they
-   * share, instead of a timer's turn and commit of their own per frame.
    */
   private deferUnqueue(seqs: number[]): void {
     this.acked.push(...seqs);
@@ -742,11 +739,9 @@ export class ClusterDO extends DurableObject<Env> {
   private apply(event: ClusterEvent): { seqs?: number[] } {
     const st = this.load();
     const now = Date.now();
-    // Before the transition resolves them: whether an enqueue awaits one of these acks.
-    const awaited = event.type === "ack" && event.items.some((a) => this.waiters.has(a.seq));
     const { effects, seqs } = transition(st, event, now);
     if (event.type !== "enqueue") this.turn.flush();
-    this.perform(effects, awaited, event.type === "enqueue");
+    this.perform(effects, event.type === "ack", event.type === "enqueue");
     this.armAlarm(now);
     return { seqs };
   }
@@ -763,8 +758,7 @@ export class ClusterDO extends DurableObject<Env> {
     void this.ctx.storage.setAlarm(due);
   }
 
-  /** `awaitedAck`: an ack frame with an awaited seq (deferUnqueue). */
-  private perform(effects: ClusterEffect[], awaitedAck = false, deferWrites = false): void {
+  private perform(effects: ClusterEffect[], fromAck = false, deferWrites = false): void {
     const store = this.store!;
     // An enqueue's writes join the turn's batch (one statement for all its intents' rows); any
     // other event's run now, one by one, as they come.
@@ -794,7 +788,7 @@ export class ClusterDO extends DurableObject<Env> {
           break;
         case "unqueue":
           for (const seq of e.seqs) this.traces.delete(seq);
-          if (awaitedAck) this.deferUnqueue(e.seqs);
+          if (fromAck) this.deferUnqueue(e.seqs);
           else write({ op: "unqueue", seqs: e.seqs });
           break;
         case "send":
