@@ -86,7 +86,8 @@
 //                                          compiler threads); the agent's JS frames with
 //                                          SBX_AGENT_NODE_ARGS=--perf-basic-prof-only-functions
 //   node bench/e2e.ts   prints the figures as JSON (E2E_BENCH_CREATES, E2E_BENCH_CLIENTS, E2E_BENCH_CPU_ONLY=1 for profiling,
-//                       E2E_BENCH_SERIAL=0 without the one-client loop)
+//                       E2E_BENCH_SERIAL=0 without the one-client loop, E2E_BENCH_COUNT=1 the edge's
+//                       invocations by kind: e2e.edge_invocations_each.<kind>, a run of its own)
 import { Sandbox } from "e2b";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -121,6 +122,11 @@ const SERIAL = Number(process.env.E2E_BENCH_SERIAL ?? 20);
  * FLOOR_STEPS units each. */
 const FLOOR_ROUNDS = Number(process.env.E2E_BENCH_FLOOR_ROUNDS ?? 5);
 const FLOOR_STEPS = 30;
+/** E2E_BENCH_COUNT=1: also count the edge's invocations by kind (a tail Worker, whose own CPU then
+ * counts: not for CPU figures) at rest, in the window and in the settle: e2e.edge_invocations_each.<kind>
+ * (window + settle per create, the settle's pool asks taken off), e2e.window_edge_invocations_each.<kind>,
+ * e2e.rest_edge_invocations_per_s.<kind>. */
+const COUNT = Boolean(process.env.E2E_BENCH_COUNT);
 /** How long the server's rest rate is measured before the window. */
 const REST_MS = 5_000;
 const USER = { name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash" };
@@ -226,7 +232,26 @@ export async function run(): Promise<Figures> {
   const dataDir = mkdtempSync(join(tmpdir(), "sbx-bench-e2e-"));
   const runtimePort = await freePort();
   const inspectorPort = EDGE_PROFILE ? await freePort() : undefined;
-  const sys = await startSystem({ dataDir, baseReplicas: WARM, runtimePort, edgeInspectorPort: inspectorPort, agentStopMs: 300_000 });
+  const counterPort = COUNT ? await freePort() : undefined;
+  const sys = await startSystem({ dataDir, baseReplicas: WARM, runtimePort, edgeInspectorPort: inspectorPort, agentStopMs: 300_000, edgeInvocationCounterPort: counterPort });
+  // Tail events arrive just after each invocation ends: read after a short pause.
+  const invocations = async (): Promise<Record<string, number>> => {
+    if (!counterPort) return {};
+    await new Promise((r) => setTimeout(r, 300));
+    return (await (await fetch(`http://127.0.0.1:${counterPort}/`)).json()) as Record<string, number>;
+  };
+  /** Counts b - a by kind, per `n`, as figures `<name>.<kind>` and their sum as `<name>`;
+   * `off`: counts of requests that are not the cycles' (the settle's pool asks). */
+  const countFigures = (name: string, a: Record<string, number>, b: Record<string, number>, n: number, unit: string, off: Record<string, number> = {}) => {
+    let all = 0;
+    for (const [k, v] of Object.entries(b)) {
+      const d = v - (a[k] ?? 0) - (off[k] ?? 0);
+      if (d <= 0) continue;
+      all += d;
+      figures[`${name}.${k.replace(/^\? /, "Worker ").replaceAll(" ", "_")}`] = { value: round(d / n, 2), unit };
+    }
+    figures[name] = { value: round(all / n, 2), unit };
+  };
   const opts = { apiKey: sys.apiKey, apiUrl: sys.apiUrl, sandboxUrl: sys.apiUrl };
   const sandboxesDir = join(dataDir, "agent/local/sandboxes");
   const figures: Figures = {};
@@ -386,10 +411,12 @@ export async function run(): Promise<Figures> {
       await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir);
     }
     const serverPids = { agent: sys.agent.pid!, spawner: agentSpawner, edge: sys.edge.pid, sqld: sys.sqld.pid };
+    const restCounted = await invocations();
     const restBefore = Object.fromEntries(Object.entries(serverPids).map(([k, pid]) => [k, pid ? threadsCpuMs(pid) : 0]));
     const restStart = performance.now();
     await new Promise((r) => setTimeout(r, REST_MS));
     const restS = (performance.now() - restStart) / 1000;
+    if (COUNT) countFigures("e2e.rest_edge_invocations_per_s", restCounted, await invocations(), restS, "calls/s");
     let restPerS = 0;
     for (const [k, pid] of Object.entries(serverPids)) {
       const rate = ((pid ? threadsCpuMs(pid) : 0) - restBefore[k]!) / restS;
@@ -403,6 +430,7 @@ export async function run(): Promise<Figures> {
     const firstCmds: number[] = [];
     // Before the counts below: its start is not the window's.
     const perf = PERF_FILE ? await startPerf(PERF_FILE) : null;
+    const windowCounted = await invocations();
     const cpuBefore = cpuTimes();
     const parts = { bench: process.pid, agent: sys.agent.pid!, spawner: spawnerOf(sys.agent.pid!), edge: sys.edge.pid, sqld: sys.sqld.pid };
     const partsBefore = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
@@ -431,11 +459,17 @@ export async function run(): Promise<Figures> {
     // The CPU window ends once the work these creates caused is done: the kills' sandboxes destroyed
     // and the pool refilled. Whatever the agent runs first (claims before destroys) must not move
     // CPU out of the figure.
+    const windowEndCounted = COUNT ? await invocations() : {};
     await Promise.all(kills);
     const settleAsks = { n: 0 };
     await waitSettled(sys.apiUrl, sys.apiKey, WARM, sandboxesDir, { asks: settleAsks });
     const settleMs = performance.now() - windowEnd;
     const partsAfter = Object.fromEntries(Object.entries(parts).map(([k, pid]) => [k, procCpuMs(pid)]));
+    if (COUNT) {
+      countFigures("e2e.window_edge_invocations_each", windowCounted, windowEndCounted, CREATES, "calls");
+      // Each pool ask is one Worker fetch and one PoolDO status.
+      countFigures("e2e.edge_invocations_each", windowCounted, await invocations(), CREATES, "calls", { "? fetch": settleAsks.n, "PoolDO rpc status": settleAsks.n });
+    }
     if (CPU_ONLY) console.error(`window (monotonic us): ${windowStart} ${windowEndUs} ${process.hrtime.bigint() / 1000n} (start, last answer, settled)`);
     if (windowProfiler && EDGE_PROFILE) writeFileSync(EDGE_PROFILE, JSON.stringify(await windowProfiler.stop()));
     figures["e2e.settle_after_window_ms"] = { value: round(settleMs), unit: "ms" };
