@@ -9,14 +9,13 @@ import { closeSync, readdirSync, readFileSync } from "node:fs";
 
 const O_CLOEXEC = 0o2000000;
 
-/** Closes every descriptor above stderr that lacks close-on-exec, but `keep` (and Node's IPC
- * channel, NODE_CHANNEL_FD, when the process has one). Returns the descriptors it closed. */
+/** Closes every descriptor above stderr that lacks close-on-exec, but `keep`. Returns the
+ * descriptors it closed. (Node's IPC channel, in a forked process, is close-on-exec already.) */
 export function closeInheritedFds(keep: readonly number[] = []): number[] {
-  const channel = Number(process.env.NODE_CHANNEL_FD ?? -1);
   const closed: number[] = [];
   for (const name of readdirSync("/proc/self/fd")) {
     const fd = Number(name);
-    if (fd <= 2 || fd === channel || keep.includes(fd)) continue;
+    if (fd <= 2 || keep.includes(fd)) continue;
     let flags: number;
     try {
       // The directory's own descriptor is gone by now: its fdinfo no longer exists.

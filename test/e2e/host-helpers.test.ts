@@ -5,9 +5,11 @@
 // gets every variable as its value. And what a sandbox reads of its pid 1 names no host path.
 // Real e2b JS SDK against the whole local system.
 import { type CommandResult, Sandbox } from "e2b";
-import { basename } from "node:path";
+import { readFileSync } from "node:fs";
+import { basename, join } from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from "vitest";
 import { HOST_LOADER_SAW_IT, type HostileEnv, hostileEnv, parseEnv0 } from "../support/hostile-env.ts";
+import { INHERITED_FD } from "../../scripts/lib/system.ts";
 import { e2b } from "./sdk.ts";
 
 let sbx: Sandbox;
@@ -91,6 +93,9 @@ describe("what a sandbox holds of the host", () => {
   // every command held it (and a harness's pipe), writable by the tenant.
   it("no process of a sandbox holds a descriptor the agent inherited", async () => {
     const inherited = basename(inject("agentInherited"));
+    // The agent did inherit it (at INHERITED_FD) and closed it: else this test would prove nothing.
+    const closed = readFileSync(join(inject("e2b").dataDir, "agent.log"), "utf8").split("\n").filter((l) => l.includes("closed descriptors inherited"));
+    expect(closed.some((l) => (JSON.parse(l) as { fds?: number[] }).fds?.includes(INHERITED_FD))).toBe(true);
     const list = "for p in /proc/[0-9]*; do ls -l $p/fd/ 2>/dev/null; done; true";
     const asRoot = await sbx.commands.run(list, { user: "root" });
     // It read descriptors at all (pid 1's and the command's own /dev/null).
@@ -101,5 +106,30 @@ describe("what a sandbox holds of the host", () => {
     await sbx.pty.sendInput(pty.pid, new TextEncoder().encode(`${list}; exit\n`));
     await pty.wait().catch(() => undefined);
     for (const text of [asRoot.stdout, term]) expect(text).not.toContain(inherited);
+  });
+
+  it("a terminal's master reaches no process of another sandbox: its commands, its terminals", async () => {
+    // node-pty opens a terminal's master without close-on-exec: every process started after it
+    // by the same spawner inherited it, other tenants' included, and could read that terminal
+    // and type into it. Terminals now have a spawner of their own, and enter.pl closes what it
+    // inherited, so a second terminal (that spawner's) holds nothing of the first either.
+    const list = "for p in /proc/[0-9]*; do ls -l $p/fd/ 2>/dev/null; done; true";
+    const dec = new TextDecoder();
+    const first = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+    const other = await Sandbox.create(e2b());
+    try {
+      const asRoot = await other.commands.run(list, { user: "root" });
+      expect(asRoot.stdout).toContain("/dev/null");
+      let term = "";
+      const second = await other.pty.create({ cols: 200, rows: 24, onData: (d) => void (term += dec.decode(d)) });
+      await other.pty.sendInput(second.pid, new TextEncoder().encode(`${list}; exit\n`));
+      await second.wait().catch(() => undefined);
+      // It listed its own terminal.
+      expect(term).toContain("/dev/pts/");
+      for (const text of [asRoot.stdout, term]) expect(text).not.toContain("ptmx");
+    } finally {
+      await sbx.pty.kill(first.pid).catch(() => false);
+      await other.kill().catch(() => false);
+    }
   });
 });

@@ -33,7 +33,24 @@ sub parse_env {
   return (\%env, undef);
 }
 
+# Every descriptor above stderr is inherited, never this script's (perl marks what it opens above
+# $^F close-on-exec, and the spawner hands it stdio only): a terminal's master that node-pty left
+# open without close-on-exec in the spawner for another sandbox's terminal, or anything the spawner
+# itself inherited. The command holds its own stdio only, so they are closed before anything else;
+# one that cannot be closed fails the command rather than reach it.
+sub close_inherited {
+  opendir(my $dir, '/proc/self/fd') or fail("/proc/self/fd: $!");
+  my $own = fileno($dir);
+  my @fds = grep { /\A\d+\z/ && $_ > 2 && $_ != $own } readdir($dir);
+  closedir($dir);
+  for my $n (@fds) {
+    open(my $h, '<&=', $n) or fail("inherited descriptor $n: $!");
+    close($h);
+  }
+}
+
 sub main {
+  close_inherited();
   my ($envfile, $target, $uid, $gid, $cwd, $cgroups, $setns_nr, $prctl_nr, $keepcaps, $seccomp, $sep, @cmd) = @ARGV;
   fail('bad arguments') unless defined $sep && $sep eq '--' && @cmd && $prctl_nr =~ /\A\d+\z/ && $setns_nr =~ /\A\d+\z/
     && $keepcaps =~ /\A(-|\d+(,\d+)*)\z/ && $uid =~ /\A\d+\z/ && $gid =~ /\A\d+\z/

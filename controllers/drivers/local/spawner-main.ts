@@ -9,8 +9,13 @@ import type { ChildProcess } from "node:child_process";
 import { closeSync, readFileSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
 import { dirname } from "node:path";
+import { closeInheritedFds } from "../../lib/inherited-fds.ts";
 import { spawnHost, spawnPtyHere, type HandoverOptions, type LaunchedPty } from "../../runtime/process/launcher.ts";
 import { CONNECTION_ID_BYTES, openStdioFile, stopReading, type SpawnerReply, type SpawnerRequest } from "./spawner-protocol.ts";
+
+// Every process this one starts would inherit them: whatever embeds the driver (a benchmark, a
+// test) may not have closed what it inherited, as the agent does.
+closeInheritedFds();
 
 // A send that fails means the agent is gone; 'disconnect' ends this process.
 const send = (m: SpawnerReply, handle?: Socket): void => void process.send!(m, handle, {}, () => {});

@@ -4,7 +4,8 @@
 // does it on the event loop thread; the agent is large (docs/decisions/spawner.md has the figures).
 // The spawner is a plain Node process that loads nothing but Node's own modules:
 // it forks on the agent's behalf and hands the pipes back as file descriptors, so output flows
-// straight from the command to the agent. Terminals are relayed (node-pty keeps its master here).
+// straight from the command to the agent. Terminals are relayed (node-pty keeps its master in
+// the spawner), by a second spawner process of their own (#terminals says why).
 //
 // Lifetime: started on first use, restarted on the next spawn after it dies. Its death ends every
 // command it started (enter.pl's parent-death signal) and each of them reports a clear error as
@@ -83,6 +84,8 @@ let swept = false;
 
 /** Forks in the calling process instead (for comparison: `KRUISE_LOCAL_SPAWNER=off`). */
 export const IN_PROCESS = "in-process";
+/** A spawner for terminals only (the one a Spawner starts on its first terminal). */
+const TERMINALS = "terminals";
 
 export class Spawner implements ProcessLauncher {
   readonly #inProcess: boolean;
@@ -98,9 +101,17 @@ export class Spawner implements ProcessLauncher {
   #opening = 0;
   #nextConn = 1;
   #socketDir: string | undefined;
+  /** Terminals run in a spawner process of their own, started on the first one: node-pty opens a
+   * terminal's master without close-on-exec, and Node cannot set the flag, so every process the
+   * spawner holding it starts afterwards inherits it: every later holder (a sandbox's `sleep`,
+   * which root inside could take it from) of every tenant, and every command. The terminals'
+   * spawner starts terminals only, each through enter.pl, which closes what it inherited. */
+  #terminals: Spawner | undefined;
+  readonly #terminalsOnly: boolean;
 
-  constructor(mode?: typeof IN_PROCESS) {
+  constructor(mode?: typeof IN_PROCESS | typeof TERMINALS) {
     this.#inProcess = mode === IN_PROCESS;
+    this.#terminalsOnly = mode === TERMINALS;
   }
 
   /** Starts the spawner process now instead of on the first spawn (~150 ms, more on a busy
@@ -153,7 +164,8 @@ export class Spawner implements ProcessLauncher {
       child.once("exit", (code, signal) => reject(new ProcessStartError(`the process spawner exited during start (${signal ?? code})`)));
       child.on("message", (m: SpawnerReply, handle?: Socket) => {
         if (m.t === "ready") {
-          this.#fill(child, socketPath);
+          // Terminals are relayed over the channel: no pooled connections for pipes.
+          if (!this.#terminalsOnly) this.#fill(child, socketPath);
           resolve(child);
         } else this.#onReply(m, handle);
       });
@@ -350,6 +362,12 @@ export class Spawner implements ProcessLauncher {
   }
 
   async spawnPty(host: HostCommand, size: { cols: number; rows: number }): Promise<LaunchedPty> {
+    // Also with the spawner off (KRUISE_LOCAL_SPAWNER=off): a master in the agent would reach its
+    // holders and build steps.
+    if (!this.#terminalsOnly) {
+      if (this.#disposed) throw new ProcessStartError("the process spawner was disposed");
+      return (this.#terminals ??= new Spawner(TERMINALS)).spawnPty(host, size);
+    }
     if (host.env[PID_FILE_ENV] !== PID_FILE_WANTED) return this.#spawnPty(host, size);
     const file = this.scratchFile("pid");
     return this.#withSandboxPid(file, () => this.#spawnPty(reportingTo(host, file), size));
@@ -411,11 +429,12 @@ export class Spawner implements ProcessLauncher {
   /** Stops the spawner (its running commands end with it). */
   async dispose(): Promise<void> {
     this.#disposed = true;
+    const terminals = this.#terminals?.dispose();
     for (const s of this.#pool.values()) s.destroy();
     this.#pool.clear();
     if (this.#socketDir) rmSync(this.#socketDir, { recursive: true, force: true });
     const child = this.#child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return void (await terminals);
     const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
     // Held while it goes: an idle spawner is unref'd (#refresh), and a caller whose loop has
     // nothing else left (a script's last await) would otherwise end before 'exit' came.
@@ -424,7 +443,7 @@ export class Spawner implements ProcessLauncher {
     // It ends on the disconnect; one that missed it (spawner-main.ts's fallback needs its parent
     // gone, and this one waits) is killed rather than waited on for ever.
     const late = setTimeout(() => child.kill("SIGKILL"), DISPOSE_KILL_MS);
-    await exited;
+    await Promise.all([exited, terminals]);
     clearTimeout(late);
   }
 }

@@ -109,6 +109,25 @@ describe("spawner", () => {
     expect(out).toContain("got:hello");
   });
 
+  it("a terminal's master is held by nothing started while it is open: holders and commands of any sandbox", async () => {
+    // node-pty opens the master without close-on-exec: in the process that starts holders and
+    // commands, every later holder's `sleep` and every command (another tenant's) inherited it.
+    const t = await spawner.spawnPty({ file: "/bin/bash", args: ["-c", "echo up; read x"], cwd: "/", env: { TERM: "xterm" } }, { cols: 80, rows: 24 });
+    let out = "";
+    t.onData((d) => (out += String(d)));
+    while (!out.includes("up")) await sleep(10);
+    try {
+      const holderLike = await spawner.spawn({ file: "/bin/ls", args: ["-l", "/proc/self/fd/"], cwd: "/", env: {} }, { detached: true, stdio: ["ignore", "pipe", "ignore"] });
+      const cmd = await spawner.spawnPipes({ file: "/bin/ls", args: ["-l", "/proc/self/fd/"], cwd: "/", env: {} }, false);
+      const listed = (await Promise.all([text(holderLike.pipes.get(1) as Readable), text(cmd.stdout)])).join("");
+      expect(listed).toContain("/proc/");
+      expect(listed).not.toContain("ptmx");
+    } finally {
+      t.write(Buffer.from("\n"));
+      await exitOf(t);
+    }
+  });
+
   it("a command that cannot start is a clear error, and the spawner keeps working", async () => {
     await expect(spawner.spawnPipes({ file: "/nonexistent/binary", args: [], cwd: "/", env: {} }, false)).rejects.toThrow(/ENOENT/);
     const p = await spawner.spawnPipes({ file: "/bin/echo", args: ["still here"], cwd: "/", env: {} }, false);
