@@ -118,10 +118,11 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
-/** How often the running sandboxes' pid 1s are looked at (#checkWatched). Each look costs an idle
- * agent ~12-20 us a sandbox (one pread of its stat): every second that was ~1.5-2.4 ms/s for
- * 120 sandboxes at rest; every 5 s about a fifth (bench/pid1-watch.ts, README.md "A pid 1 that
- * ends"), for a reboot up to 4 s later (its commands fail "not running" meanwhile either way). */
+/** How often the running sandboxes' pid 1s are looked at (#checkWatched). Every second cost an
+ * idle agent with 120 sandboxes more than every 5 s in 4 of 4 paired rounds, by an amount the runs
+ * do not pin down (perhaps ~1.5-2.4 ms/s at 1 s; bench/pid1-watch.ts, README.md "A pid 1 that
+ * ends", Cost); the price is a reboot up to 4 s later (its commands fail "not running" meanwhile
+ * either way). */
 const PID1_CHECK_MS = 5000;
 
 

@@ -15,8 +15,9 @@ export const PF_EXITING = 0x4;
 /** The fields of a `/proc/<pid>/stat` line after the command name (field 3, the state, first:
  * index 0; the start time, field 22, is index 19), or undefined for text that is no such line.
  * The one parse of it (holder.ts reads it by pid and through descriptors, handleIs through a
- * handle). The name (field 2) is the process's own choice (16 bytes at most) and may hold ")",
- * spaces and newlines: only numbers follow it, so the fields start after the last `)`. */
+ * handle). The name (field 2) is the process's own choice (a task's comm: 15 bytes; a kernel
+ * thread's may be longer) and may hold ")", spaces and newlines: only numbers follow it, so the
+ * fields start after the last `)`. */
 export function statFieldsIn(stat: string): string[] | undefined {
   const paren = stat.lastIndexOf(")");
   if (paren < 0) return undefined;

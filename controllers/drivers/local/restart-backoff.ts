@@ -8,7 +8,9 @@
 
 /** A restart within this long of the last start, when that start was itself a restart, waits
  * (RESTART_FIRST_MS, then doubling). Any other start (a create, a Stop pause's resume, a recreate)
- * ended this soon is restarted at once, however often the sandbox was restarted before. */
+ * ended this soon is restarted at once, however often the sandbox was restarted before: quick
+ * is measured from the last start, not (as session 32's brief put it) from the previous restart,
+ * so a resume between two kills gets a prompt restart (README "A pid 1 that ends" says why). */
 export const RESTART_QUICK_MS = 10_000;
 export const RESTART_FIRST_MS = 1_000;
 export const RESTART_MAX_MS = 60_000;

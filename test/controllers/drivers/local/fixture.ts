@@ -82,19 +82,25 @@ my $tids = pack("l", $pid);
 # struct clone_args (VER1, 80 bytes): flags, pidfd, child_tid, parent_tid, exit_signal (SIGCHLD),
 # stack, stack_size, tls, set_tid (a pointer to one pid_t), set_tid_size.
 my $args = pack("Q10", 0, 0, 0, 0, 17, 0, 0, 0, unpack("Q", pack("p", $tids)), 1);
+# Close-on-exec (perl sets FD_CLOEXEC above $^F): EOF on $r means the child has exec'd, as libuv's
+# spawn waits; a byte means the exec failed. Printing the pid earlier let a caller read the
+# squatter while it was still a copy of perl (its comm "perl" about 1 time in 3).
+pipe(my $r, my $w) or die "pipe: $!\n";
 my $child = -1;
 for (1 .. 100) {
   $child = syscall(435, $args, length $args);
   last if $child >= 0 || !$!{EEXIST};
   select(undef, undef, undef, 0.02);
 }
-die "clone3 set_tid $pid: $!
-" if $child < 0;
-if ($child == 0) { exec { $argv[0] } @argv; require POSIX; POSIX::_exit(127); }
+die "clone3 set_tid $pid: $!\n" if $child < 0;
+if ($child == 0) { close $r; exec { $argv[0] } @argv; syswrite($w, "x"); require POSIX; POSIX::_exit(127); }
+close $w;
+my $got = sysread($r, my $b, 1);
+close $r;
+die "exec $argv[0]: failed\n" if $got;
 $SIG{$_} = sub { kill $_[0], $child } for qw(TERM INT HUP);
 $| = 1;
-print "$child
-";
+print "$child\n";
 waitpid($child, 0);
 my $status = $?;
 if ($status & 127) { $SIG{$_} = "DEFAULT" for qw(TERM INT HUP); kill $status & 127, $$; }
@@ -122,7 +128,17 @@ export async function takePid(pid: number, argv = ["/usr/bin/sleep", "300"]): Pr
   }
   return {
     pid,
-    kill: (signal) => void process.kill(pid, signal),
+    // Only while the perl parent has not reaped it: a squatter that already died (the failure a test
+    // is about to report) must not throw ESRCH from a finally and hide that failure, and once reaped
+    // its pid may belong to another process.
+    kill: (signal) => {
+      if (parent.exitCode !== null || parent.signalCode !== null) return;
+      try {
+        process.kill(pid, signal);
+      } catch {
+        // ended between the check and the kill
+      }
+    },
     get exitCode() {
       return parent.exitCode;
     },

@@ -6,14 +6,16 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
+import { PERL } from "../../../../../controllers/drivers/local/host-helpers.ts";
 import { discoverHolder, HOLDER_NONCE_ENV, procRef } from "../../../../../controllers/drivers/local/holder.ts";
 import { MARKER_ENV } from "../../../../../controllers/drivers/local/local-view.ts";
 import { statFieldsIn } from "../../../../../controllers/drivers/local/proc-handle.ts";
 
 /** A stand-in holder whose one child runs `child` (perl), printing the child's pid. */
 async function holder(id: string, nonce: string, child: string) {
-  const p = spawn("/usr/bin/perl", ["-e", `my $c = fork; if (!$c) { ${child} } $| = 1; print "$c\\n"; sleep 60`], {
+  const p = spawn(PERL, ["-e", `my $c = fork; if (!$c) { ${child} } $| = 1; print "$c\\n"; sleep 60`], {
     argv0: "bwrap",
     env: { PATH: "/usr/bin:/bin", [MARKER_ENV]: id, [HOLDER_NONCE_ENV]: nonce },
     stdio: ["ignore", "pipe", "ignore"],
@@ -33,12 +35,22 @@ describe("discoverHolder", () => {
       // Another nonce: not ours.
       expect(discoverHolder(`dh${process.pid}a`, "other", [live.p.pid!])).toBeUndefined();
       const until = Date.now() + 5000;
-      while (stateOf(ended.child) !== "Z" && Date.now() < until);
+      while (stateOf(ended.child) !== "Z" && Date.now() < until) await sleep(10);
       expect(stateOf(ended.child)).toBe("Z");
       expect(discoverHolder(`dh${process.pid}b`, "n2", [ended.p.pid!])).toBeUndefined();
     } finally {
-      live.p.kill("SIGKILL");
-      ended.p.kill("SIGKILL");
+      // The live stand-in's child too (its sleep would outlive the test by a minute), and wait
+      // for both parents so nothing of the test is left running.
+      try {
+        process.kill(live.child, "SIGKILL");
+      } catch {
+        // already gone
+      }
+      for (const h of [live, ended]) {
+        const exited = h.p.exitCode !== null || h.p.signalCode !== null ? Promise.resolve() : once(h.p, "exit");
+        h.p.kill("SIGKILL");
+        await exited;
+      }
     }
   });
 });

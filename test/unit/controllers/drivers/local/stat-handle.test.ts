@@ -3,13 +3,15 @@
 // taken again), have; a pid whose start is not the recorded one is not opened.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { procRef, StatHandle } from "../../../../../controllers/drivers/local/holder.ts";
-import { statFieldsIn } from "../../../../../controllers/drivers/local/proc-handle.ts";
+import { fieldsEnded, statFieldsIn } from "../../../../../controllers/drivers/local/proc-handle.ts";
 
 async function state(pid: number, want: string): Promise<void> {
-  const { readFileSync } = await import("node:fs");
   for (let i = 0; i < 200; i++, await sleep(10)) {
     if (statFieldsIn(readFileSync(`/proc/${pid}/stat`, "latin1"))?.[0] === want) return;
   }
@@ -55,5 +57,33 @@ describe("a kept /proc/<pid>/stat handle", () => {
     const h = StatHandle.open(ref)!;
     expect(h.ended()).toBe(false);
     h.close();
+  });
+
+  it("pid 1's name is the tenant's (root inside writes /proc/1/comm): names with ') Z', ') X' and a newline neither fake nor hide an end, and the handle agrees with the one parser", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "stat-handle-"));
+    try {
+      for (const name of ["a) Z 1 2", "b) X 1 4194304", "n\ne) Z", "0123456789abcdef"]) {
+        const named = join(dir, name);
+        symlinkSync("/bin/sleep", named);
+        const child = spawn(named, ["30"], { stdio: "ignore" });
+        const h = StatHandle.open(procRef(child.pid!)!)!;
+        try {
+          expect(h).toBeDefined();
+          expect(h.ended()).toBe(false);
+          expect(h.ended()).toBe(fieldsEnded(statFieldsIn(readFileSync(`/proc/${child.pid}/stat`, "latin1"))!));
+          child.kill("SIGSTOP");
+          await state(child.pid!, "T");
+          expect(h.ended()).toBe(false);
+        } finally {
+          child.kill("SIGKILL");
+          await once(child, "exit");
+        }
+        await sleep(20);
+        expect(h.ended()).toBe(true);
+        h.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
