@@ -37,6 +37,9 @@ export interface BuilderOptions {
   stepTimeoutMs?: number;
   /** How often log lines leave in one frame. */
   flushMs?: number;
+  /** How long a result sent to an edge that acks results waits for the ack before it goes again
+   * on the same session; by default RESULT_RESEND_MS. */
+  resultResendMs?: number;
   /** Where unfinished builds are kept, so a restarted agent resumes them (none: not kept). */
   journalDir?: string;
   /** Opens a step's network (LocalDriver.stepNetwork); none, or undefined from it: loopback only. */
@@ -270,7 +273,7 @@ export class TemplateBuilder {
     let room = FRAME_MAX_BYTES;
     for (const ev of this.#builds.values()) {
       // A result that left waits for the edge's ack; again after a new session or RESULT_RESEND_MS.
-      if (ev.unacked !== undefined && Date.now() - ev.unacked < RESULT_RESEND_MS) continue;
+      if (ev.unacked !== undefined && Date.now() - ev.unacked < (this.#o.resultResendMs ?? RESULT_RESEND_MS)) continue;
       if (!ev.pending.length && !ev.result && Date.now() - ev.sentAt < HEARTBEAT_MS) continue;
       let n = 0;
       while (n < Math.min(ev.pending.length, 500) && (room -= jsonBytes(ev.pending[n]!)) >= 0) n++;

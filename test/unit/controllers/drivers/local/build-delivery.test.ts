@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { WebSocketServer } from "ws";
 import { Link } from "../../../../../controllers/agent/link.ts";
-import { TemplateBuilder } from "../../../../../controllers/drivers/local/builder/builder.ts";
+import { TemplateBuilder, type BuilderOptions } from "../../../../../controllers/drivers/local/builder/builder.ts";
 import { RootfsStore } from "../../../../../controllers/drivers/local/rootfs/store.ts";
 import { BUILD_ACKS_FEATURE, BUILD_FEATURE, type BuildEvents, type BuildFrame } from "../../../../../schema/protocol/build.ts";
 import { AgentMessageSchema, PROTOCOL_VERSION } from "../../../../../schema/protocol/index.ts";
@@ -73,9 +73,9 @@ async function edge(features: string[], onEvents: (ws: import("ws").WebSocket, f
 }
 
 /** The agent's wiring (agent.ts): a builder whose events leave through a real link. */
-function agent(url: string, store: RootfsStore, journalDir: string) {
+function agent(url: string, store: RootfsStore, journalDir: string, more: Partial<BuilderOptions> = {}) {
   const logs: string[] = [];
-  const b: TemplateBuilder = new TemplateBuilder({ store, journalDir, flushMs: 10, log: (m) => logs.push(m), fetchFile: () => Promise.reject(new Error("no files")), send: (items) => link.sendBuildEvents(items) });
+  const b: TemplateBuilder = new TemplateBuilder({ store, journalDir, flushMs: 10, log: (m) => logs.push(m), fetchFile: () => Promise.reject(new Error("no files")), send: (items) => link.sendBuildEvents(items), ...more });
   const link: Link = new Link({
     edgeUrl: url,
     clusterId: "c",
@@ -143,6 +143,27 @@ describe("a build's result is delivered at least once", () => {
     expect(readdirSync(journal)).toEqual([]);
   });
 
+  it("a result the edge does not ack while the session stays up (its store failed) goes again on the same session after resultResendMs, and is forgotten once acked", async () => {
+    const journal = tmp();
+    const e = await edge([BUILD_FEATURE, BUILD_ACKS_FEATURE], (ws, f) => {
+      const done = f.items.filter((i) => i.result).map((i) => i.buildId);
+      // The first result is dropped without a word (its writes threw on the edge); the session stays.
+      if (done.length && results(e.frames, "unacked").length > 1) ws.send(JSON.stringify({ type: "buildAcks", buildIds: done }));
+    });
+    const { b } = agent(e.url, await storeWithBase(), journal, { resultResendMs: 300 });
+    b.start(envBuild("unacked"));
+    await expect.poll(() => results(e.frames, "unacked").length, { timeout: 10_000, interval: 20 }).toBe(1);
+    // Not sooner than resultResendMs: not sent again on each flush.
+    await new Promise((r) => setTimeout(r, 150));
+    expect(results(e.frames, "unacked")).toHaveLength(1);
+    expect(readdirSync(journal)).toEqual(["unacked.json"]);
+    await expect.poll(() => results(e.frames, "unacked").length, { timeout: 5_000, interval: 20 }).toBe(2);
+    expect(results(e.frames, "unacked").map((r) => r.session)).toEqual([1, 1]);
+    expect(e.sessions()).toBe(1);
+    await expect.poll(() => b.active, { timeout: 5_000, interval: 20 }).toBe(0);
+    expect(readdirSync(journal)).toEqual([]);
+  });
+
   it("an edge that does not ack results (an older one) gets each result once, and the build is forgotten when it left", async () => {
     const journal = tmp();
     const e = await edge([BUILD_FEATURE]);
@@ -161,9 +182,10 @@ describe("a build whose events the link refuses", () => {
     const sent: BuildEvents["items"] = [];
     const logs: string[] = [];
     let refusing = false;
+    const journal = tmp();
     const b = new TemplateBuilder({
       store,
-      journalDir: tmp(),
+      journalDir: journal,
       flushMs: 10,
       log: (m) => logs.push(m),
       fetchFile: () => Promise.reject(new Error("no files")),
@@ -177,6 +199,10 @@ describe("a build whose events the link refuses", () => {
     cleanups.push(() => b.dispose());
     b.start({ ...envBuild("refused"), steps: [{ type: "RUN", args: ["while :; do echo tick; done", ""], force: false }] });
     await expect.poll(() => step.started, { timeout: 10_000, interval: 10 }).toBe(1);
+    // An ack for a build still running (a buggy or hostile edge) is ignored: the build is not forgotten.
+    b.acked(["refused"]);
+    expect(b.active).toBe(1);
+    expect(readdirSync(journal)).toEqual(["refused.json"]);
     refusing = true;
     await expect.poll(() => sent.find((i) => i.result)?.result, { timeout: 10_000, interval: 20 }).toEqual({ status: "error", message: "the build's events could not be sent to the edge (see the agent's log): it was stopped" });
     expect(step.stopped).toBe(1);
