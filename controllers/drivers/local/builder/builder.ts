@@ -446,6 +446,9 @@ export class TemplateBuilder {
       }
       layers.push(id);
     }
+    // Stopped during the last step's commit (treeSize, commitLayer: not abortable): not published,
+    // since its end is GIVEN_UP and the edge fails the build; its layers stay cached.
+    if (ev.stop.signal.aborted) throw new StepFailed((ev.stop.signal.reason as Error).message, "finalize");
     store.putTemplate(frame.output, layers);
     ev.add(`Template ${frame.output} ready: ${layers.length} layers`, "info", "finalize");
     return result;

@@ -4,7 +4,7 @@
 // an error. The real agent link (controllers/agent/link.ts) against a WebSocket server standing in
 // for the edge; ENV-only builds need no root, and the stopped step is a stand-in (runStep mocked:
 // it prints until its signal fires).
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -16,19 +16,23 @@ import { BUILD_ACKS_FEATURE, BUILD_FEATURE, type BuildEvents, type BuildFrame } 
 import { AgentMessageSchema, PROTOCOL_VERSION } from "../../../../../schema/protocol/index.ts";
 import { storeWithBase as baseStore, tmpDirs } from "./build-store.ts";
 
-/** What the mocked step saw: started, and stopped by its signal. */
-const step = { started: 0, stopped: 0 };
+/** What the mocked step saw: started, and stopped by its signal. `exitsOnStop`: the step had
+ * already exited when the stop came (it exits 0 with an empty layer), so the build goes on to
+ * commit that layer while it is stopped. */
+const step = { started: 0, stopped: 0, exitsOnStop: false };
 vi.mock("../../../../../controllers/drivers/local/builder/sandbox.ts", async (importOriginal) => ({
   ...(await importOriginal<typeof import("../../../../../controllers/drivers/local/builder/sandbox.ts")>()),
   // A step that prints until it is killed (as bwrap is, by the signal runStep passes to spawn).
-  runStep: (r: { onLine(l: string, s: "stdout" | "stderr"): void; signal?: AbortSignal }) =>
-    new Promise((_, fail) => {
+  runStep: (r: { onLine(l: string, s: "stdout" | "stderr"): void; signal?: AbortSignal; staging: string }) =>
+    new Promise((done, fail) => {
       step.started++;
       const tick = setInterval(() => r.onLine("tick", "stdout"), 5);
       r.signal?.addEventListener("abort", () => {
         clearInterval(tick);
         step.stopped++;
-        fail(r.signal!.reason);
+        if (!step.exitsOnStop) return fail(r.signal!.reason);
+        mkdirSync(join(r.staging, "rootfs"), { recursive: true });
+        done({ code: 0 });
       });
     }),
 }));
@@ -209,5 +213,31 @@ describe("a build whose events the link refuses", () => {
     expect(logs).toContain("build given up: its events cannot be sent; stopping it");
     b.acked(["refused"]);
     expect(b.active).toBe(0);
+  });
+
+  it("stopped while its last step's layer is committed: its template is not published (its end is the error the edge gets)", async () => {
+    step.started = step.stopped = 0;
+    step.exitsOnStop = true;
+    cleanups.push(() => (step.exitsOnStop = false));
+    const store = await storeWithBase();
+    const sent: BuildEvents["items"] = [];
+    let refusing = false;
+    const b = new TemplateBuilder({
+      store,
+      flushMs: 10,
+      fetchFile: () => Promise.reject(new Error("no files")),
+      send: (items) => {
+        if (refusing && items.some((i) => i.logs.length)) throw new Error("agent frame invalid");
+        sent.push(...items);
+        return "ack";
+      },
+    });
+    cleanups.push(() => b.dispose());
+    b.start({ ...envBuild("late-stop"), steps: [{ type: "RUN", args: ["while :; do echo tick; done", ""], force: false }] });
+    await expect.poll(() => step.started, { timeout: 10_000, interval: 10 }).toBe(1);
+    refusing = true;
+    await expect.poll(() => sent.find((i) => i.result)?.result, { timeout: 10_000, interval: 20 }).toEqual({ status: "error", message: "the build's events could not be sent to the edge (see the agent's log): it was stopped" });
+    expect(step.stopped).toBe(1);
+    expect(store.template("b-late-stop")).toBeUndefined();
   });
 });
