@@ -4,7 +4,7 @@
 // an error. The real agent link (controllers/agent/link.ts) against a WebSocket server standing in
 // for the edge; ENV-only builds need no root, and the stopped step is a stand-in (runStep mocked:
 // it prints until its signal fires).
-import { mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -165,6 +165,37 @@ describe("a build's result is delivered at least once", () => {
     expect(results(e.frames, "unacked").map((r) => r.session)).toEqual([1, 1]);
     expect(e.sessions()).toBe(1);
     await expect.poll(() => b.active, { timeout: 5_000, interval: 20 }).toBe(0);
+    expect(readdirSync(journal)).toEqual([]);
+  });
+
+  it("a result the edge never acks is dropped once kept resultKeepMs after the build ended, and an agent restarted later drops it from its journal without sending it", async () => {
+    const journal = tmp();
+    const store = await storeWithBase();
+    const e = await edge([BUILD_FEATURE, BUILD_ACKS_FEATURE]);
+    const first = agent(e.url, store, journal, { resultResendMs: 50, resultKeepMs: 400 });
+    first.b.start(envBuild("never-acked"));
+    await expect.poll(() => first.b.active, { timeout: 10_000, interval: 20 }).toBe(0);
+    // Sent again meanwhile, then dropped, here and in the journal.
+    expect(results(e.frames, "never-acked").length).toBeGreaterThan(1);
+    expect(first.logs).toContain("build result dropped: the edge has not acked it since the build ended");
+    expect(readdirSync(journal)).toEqual([]);
+    for (const c of cleanups.splice(0).reverse()) await c();
+
+    // The journal keeps when a build ended: a restart does not start the bound again.
+    const e1 = await edge([BUILD_FEATURE, BUILD_ACKS_FEATURE]);
+    const second = agent(e1.url, store, journal, { resultResendMs: 60_000 });
+    second.b.start(envBuild("old-result"));
+    await expect.poll(() => results(e1.frames, "old-result").length, { timeout: 10_000, interval: 20 }).toBe(1);
+    for (const c of cleanups.splice(0).reverse()) await c();
+    const file = join(journal, "old-result.json");
+    const entry = JSON.parse(readFileSync(file, "utf8"));
+    expect(entry.endedAt).toBeGreaterThan(Date.now() - 60_000);
+    writeFileSync(file, JSON.stringify({ ...entry, endedAt: Date.now() - 3 * 60 * 60_000 }));
+    const e2 = await edge([BUILD_FEATURE, BUILD_ACKS_FEATURE]);
+    const third = agent(e2.url, store, journal);
+    expect(third.b.resume()).toBe(1);
+    await expect.poll(() => third.b.active, { timeout: 10_000, interval: 20 }).toBe(0);
+    expect(results(e2.frames, "old-result")).toEqual([]);
     expect(readdirSync(journal)).toEqual([]);
   });
 
