@@ -185,9 +185,11 @@ export class TemplateBuilder {
     // Mounts and claims before the builds below start; the dead trees go meanwhile.
     void removeDeadStaging(join(this.#o.store.root, "layers")).catch((err: Error) => this.#o.log?.(`dead build staging: ${err.message}`));
     const entries = this.#journal.list((file, why) => this.#o.log?.(`build journal entry ${file} dropped: ${why}`));
-    for (const { frame, seq, result, endedAt } of entries) {
-      this.#o.log?.(result ? "sending a build's result again after an agent restart" : "resuming a build after an agent restart", { buildId: frame.buildId });
-      this.start(frame, seq, result, endedAt);
+    for (const { frame, seq, result, endedAt, givenUp } of entries) {
+      // Given up before the restart (its run may not have stopped): it ends as it would have.
+      const end = result ?? (givenUp ? { status: "error" as const, message: GIVEN_UP } : undefined);
+      this.#o.log?.(end ? "sending a build's result again after an agent restart" : "resuming a build after an agent restart", { buildId: frame.buildId });
+      this.start(frame, seq, end, endedAt);
     }
     return entries.length;
   }
@@ -367,6 +369,7 @@ export class TemplateBuilder {
       ev.pending.length = 0;
       ev.stop.abort(new Error(GIVEN_UP));
       if (ev.settled) this.#ended(ev, { status: "error", message: GIVEN_UP });
+      else this.#keep(ev); // a restart before the run stopped does not run it again
       return;
     }
     if (it.logs.length) ev.add(`${it.logs.length} log lines could not be sent to the edge`, "warn");
@@ -381,7 +384,7 @@ export class TemplateBuilder {
   }
 
   #keep(ev: Events): void {
-    this.#journalWrite(() => this.#journal?.put({ frame: this.#frames.get(ev.buildId)!, seq: ev.seq - ev.pending.length, ...(ev.result ? { result: ev.result, endedAt: ev.endedAt } : {}) }));
+    this.#journalWrite(() => this.#journal?.put({ frame: this.#frames.get(ev.buildId)!, seq: ev.seq - ev.pending.length, ...(ev.result ? { result: ev.result, endedAt: ev.endedAt } : {}), ...(ev.givenUp ? { givenUp: true as const } : {}) }));
   }
 
   /** A journal the disk refuses (full, read-only) costs the resume after a restart, not the agent. */

@@ -246,6 +246,39 @@ describe("a build whose events the link refuses", () => {
     expect(b.active).toBe(0);
   });
 
+  it("given up before an agent restart (its run not yet stopped): the restarted agent sends its error end and does not run it again", async () => {
+    step.started = step.stopped = 0;
+    const journal = tmp();
+    const store = await storeWithBase();
+    // The first agent's link is down (nothing leaves, nothing is journaled by a send) until the
+    // end, when its frames are refused so that its step stops.
+    let refusing = false;
+    const first = new TemplateBuilder({
+      store,
+      journalDir: journal,
+      flushMs: 10,
+      fetchFile: () => Promise.reject(new Error("no files")),
+      send: (items) => {
+        if (refusing && items.some((i) => i.logs.length)) throw new Error("agent frame invalid");
+        return false;
+      },
+    });
+    cleanups.push(() => first.dispose());
+    first.start({ ...envBuild("restart-given-up"), steps: [{ type: "RUN", args: ["true", ""], force: false }] });
+    await expect.poll(() => step.started, { timeout: 10_000, interval: 10 }).toBe(1);
+    // The journal entry as #unsent leaves it when the agent dies before the run stopped.
+    const file = join(journal, "restart-given-up.json");
+    writeFileSync(file, JSON.stringify({ ...JSON.parse(readFileSync(file, "utf8")), givenUp: true }));
+    const e = await edge([BUILD_FEATURE, BUILD_ACKS_FEATURE], (ws, f) => ws.send(JSON.stringify({ type: "buildAcks", buildIds: f.items.filter((i) => i.result).map((i) => i.buildId) })));
+    const second = agent(e.url, store, journal);
+    expect(second.b.resume()).toBe(1);
+    await expect.poll(() => second.b.active, { timeout: 10_000, interval: 20 }).toBe(0);
+    expect(results(e.frames, "restart-given-up").map((r) => r.result)).toEqual([{ status: "error", message: "the build's events could not be sent to the edge (see the agent's log): it was stopped" }]);
+    expect(step.started).toBe(1);
+    refusing = true;
+    await expect.poll(() => step.stopped, { timeout: 10_000, interval: 10 }).toBe(1);
+  });
+
   it("stopped while its last step's layer is committed: its template is not published (its end is the error the edge gets)", async () => {
     step.started = step.stopped = 0;
     step.exitsOnStop = true;
