@@ -211,34 +211,41 @@ describe("a build's result is delivered at least once", () => {
 });
 
 describe("a build whose events the link refuses", () => {
-  it("is stopped: its running step is killed, and it ends as an error the edge gets (and acks) at once", async () => {
-    step.started = step.stopped = 0;
-    const store = await storeWithBase();
+  /** A builder whose link, once `refusing`, refuses every frame with log lines, as the link's own
+   * check would; before that it takes frames ("ack") or, `down`, is down (nothing leaves). */
+  function refusable(store: RootfsStore, journalDir?: string, down = false) {
     const sent: BuildEvents["items"] = [];
     const logs: string[] = [];
-    let refusing = false;
-    const journal = tmp();
+    const link = { refusing: false };
     const b = new TemplateBuilder({
       store,
-      journalDir: journal,
+      ...(journalDir ? { journalDir } : {}),
       flushMs: 10,
       log: (m) => logs.push(m),
       fetchFile: () => Promise.reject(new Error("no files")),
-      // Once the step runs, every frame with log lines is refused, as the link's own check would.
       send: (items) => {
-        if (refusing && items.some((i) => i.logs.length)) throw new Error("agent frame invalid");
+        if (link.refusing && items.some((i) => i.logs.length)) throw new Error("agent frame invalid");
+        if (down) return false;
         sent.push(...items);
         return "ack";
       },
     });
     cleanups.push(() => b.dispose());
+    return { b, sent, logs, link };
+  }
+  it("is stopped: its running step is killed, and it ends as an error the edge gets (and acks) at once", async () => {
+    step.started = step.stopped = 0;
+    const store = await storeWithBase();
+    const journal = tmp();
+    const { b, sent, logs, link } = refusable(store, journal);
     b.start({ ...envBuild("refused"), steps: [{ type: "RUN", args: ["while :; do echo tick; done", ""], force: false }] });
     await expect.poll(() => step.started, { timeout: 10_000, interval: 10 }).toBe(1);
     // An ack for a build still running (a buggy or hostile edge) is ignored: the build is not forgotten.
     b.acked(["refused"]);
     expect(b.active).toBe(1);
     expect(readdirSync(journal)).toEqual(["refused.json"]);
-    refusing = true;
+    // Once the step runs, every frame with log lines is refused.
+    link.refusing = true;
     await expect.poll(() => sent.find((i) => i.result)?.result, { timeout: 10_000, interval: 20 }).toEqual({ status: "error", message: "the build's events could not be sent to the edge (see the agent's log): it was stopped" });
     expect(step.stopped).toBe(1);
     expect(logs).toContain("build given up: its events cannot be sent; stopping it");
@@ -252,18 +259,7 @@ describe("a build whose events the link refuses", () => {
     const store = await storeWithBase();
     // The first agent's link is down (nothing leaves, nothing is journaled by a send) until the
     // end, when its frames are refused so that its step stops.
-    let refusing = false;
-    const first = new TemplateBuilder({
-      store,
-      journalDir: journal,
-      flushMs: 10,
-      fetchFile: () => Promise.reject(new Error("no files")),
-      send: (items) => {
-        if (refusing && items.some((i) => i.logs.length)) throw new Error("agent frame invalid");
-        return false;
-      },
-    });
-    cleanups.push(() => first.dispose());
+    const { b: first, link } = refusable(store, journal, true);
     first.start({ ...envBuild("restart-given-up"), steps: [{ type: "RUN", args: ["true", ""], force: false }] });
     await expect.poll(() => step.started, { timeout: 10_000, interval: 10 }).toBe(1);
     // The journal entry as #unsent leaves it when the agent dies before the run stopped.
@@ -275,7 +271,7 @@ describe("a build whose events the link refuses", () => {
     await expect.poll(() => second.b.active, { timeout: 10_000, interval: 20 }).toBe(0);
     expect(results(e.frames, "restart-given-up").map((r) => r.result)).toEqual([{ status: "error", message: "the build's events could not be sent to the edge (see the agent's log): it was stopped" }]);
     expect(step.started).toBe(1);
-    refusing = true;
+    link.refusing = true;
     await expect.poll(() => step.stopped, { timeout: 10_000, interval: 10 }).toBe(1);
   });
 
@@ -284,22 +280,10 @@ describe("a build whose events the link refuses", () => {
     step.exitsOnStop = true;
     cleanups.push(() => (step.exitsOnStop = false));
     const store = await storeWithBase();
-    const sent: BuildEvents["items"] = [];
-    let refusing = false;
-    const b = new TemplateBuilder({
-      store,
-      flushMs: 10,
-      fetchFile: () => Promise.reject(new Error("no files")),
-      send: (items) => {
-        if (refusing && items.some((i) => i.logs.length)) throw new Error("agent frame invalid");
-        sent.push(...items);
-        return "ack";
-      },
-    });
-    cleanups.push(() => b.dispose());
+    const { b, sent, link } = refusable(store);
     b.start({ ...envBuild("late-stop"), steps: [{ type: "RUN", args: ["while :; do echo tick; done", ""], force: false }] });
     await expect.poll(() => step.started, { timeout: 10_000, interval: 10 }).toBe(1);
-    refusing = true;
+    link.refusing = true;
     await expect.poll(() => sent.find((i) => i.result)?.result, { timeout: 10_000, interval: 20 }).toEqual({ status: "error", message: "the build's events could not be sent to the edge (see the agent's log): it was stopped" });
     expect(step.stopped).toBe(1);
     expect(store.template("b-late-stop")).toBeUndefined();
