@@ -202,8 +202,10 @@ async function recordBuildItem(env: Env, cluster: string, item: BuildEvents["ite
   const r = item.result;
   if (b.status !== "building") {
     // A repeat (the ack of the first was lost) or a late result (the build was failed for its
-    // silence meanwhile): what it ended as stands.
+    // silence meanwhile): what it ended as stands. Every one is logged: the first payload is not
+    // kept, so a repeat and a different result of the same status cannot be told apart here.
     if (r && r.status !== b.status) console.warn(`build ${b.id}: a ${r.status} result ignored, the build already ended ${b.status}`);
+    else if (r) console.info(`build ${b.id}: a ${r.status} result again (a repeat, or a different one) ignored, the build already ended ${b.status}`);
     return r !== undefined;
   }
   await appendLogs(db, b.id, item.logs, MAX_BUILD_LOG_ENTRIES);

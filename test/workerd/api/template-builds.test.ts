@@ -573,6 +573,38 @@ describe("template build API", () => {
     }
   });
 
+  it("a result whose writes fail is not acked (the agent keeps it); sent again once the store works, it is acked and the build is ready", async () => {
+    const team = await createTeam(unique("tb-hold"));
+    const db = getDb(env);
+    const agent = await startAgent(team.cluster, { builder: true });
+    let trig = "";
+    try {
+      const { buildID: id } = await requestBuild(team.key, team.template);
+      await expectStatus(call(`/v2/templates/${team.template}/builds/${id}`, { key: team.key, body: { steps: [{ type: "RUN", args: ["true"] }] } }), 202);
+      await agent.waitUntil(() => agent.builds.length === 1);
+      // The build's end cannot be written (as in a libSQL outage): the edge must not ack it.
+      trig = `held_${id.replace(/-/g, "_")}`;
+      await db.$client.execute(`CREATE TRIGGER ${trig} BEFORE UPDATE OF status ON template_builds WHEN OLD.id = '${id}' BEGIN SELECT RAISE(ABORT, 'held by the test'); END`);
+      const status = async () => ((await expectStatus(call(`/templates/${team.template}/builds/${id}/status`, { key: team.key }), 200)) as { status: string }).status;
+      const item = { buildId: id, logs: [], result: { status: "ready" as const, user: "root", workdir: "/", env: {} } };
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [item] });
+      // A second frame that stores fine (a build the edge does not have): its ack, and a pause after
+      // it, give the first frame time to be handled (a failed store sends nothing to wait for).
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [{ buildId: "0".repeat(8), logs: [], result: item.result }] });
+      await agent.waitUntil(() => agent.buildAcks.includes("0".repeat(8)));
+      await new Promise((r) => setTimeout(r, 300));
+      expect(agent.buildAcks).not.toContain(id);
+      expect(await status()).toBe("building");
+      await db.$client.execute(`DROP TRIGGER ${trig}`);
+      agent.sendFrame({ type: "buildEvents", ack: true, items: [item] });
+      await agent.waitUntil(() => agent.buildAcks.includes(id));
+      expect(await status()).toBe("ready");
+    } finally {
+      await db.$client.execute(`DROP TRIGGER IF EXISTS ${trig || "none"}`);
+      agent.disconnect();
+    }
+  });
+
   it("a failing build is status error with the reason and its last log lines", async () => {
     const team = await createTeam(unique("tb-fail"));
     const agent = await startAgent(team.cluster, { builder: true });

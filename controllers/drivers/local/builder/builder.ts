@@ -5,7 +5,7 @@
 import { rmSync, statfsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { clipText, MAX_MESSAGE_LENGTH } from "../../../../schema/api/limits.ts";
-import { MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
+import { BUILD_SILENCE_MS, MAX_BUILD_LOG_ENTRIES } from "../../../../schema/api/template-build.ts";
 import { FRAME_MAX_BYTES, jsonBytes } from "../../../../schema/protocol/batches.ts";
 import { configProblem, type BuildEvents, type BuildFrame, type BuildLog, type BuildResult } from "../../../../schema/protocol/build.ts";
 import type { RootfsStore } from "../rootfs/store.ts";
@@ -37,6 +37,11 @@ export interface BuilderOptions {
   stepTimeoutMs?: number;
   /** How often log lines leave in one frame. */
   flushMs?: number;
+  /** How long a result sent to an edge that acks results waits for the ack before it goes again
+   * on the same session; by default RESULT_RESEND_MS. */
+  resultResendMs?: number;
+  /** How long a build's result is kept for an edge that has not acked it; by default RESULT_KEEP_MS. */
+  resultKeepMs?: number;
   /** Where unfinished builds are kept, so a restarted agent resumes them (none: not kept). */
   journalDir?: string;
   /** Opens a step's network (LocalDriver.stepNetwork); none, or undefined from it: loopback only. */
@@ -84,6 +89,12 @@ const GIVEN_UP = "the build's events could not be sent to the edge (see the agen
 /** A result sent to an edge that acks results and not acked in this long is sent again (the edge's
  * store failed meanwhile); a new session sends it at once (`relinked`). */
 export const RESULT_RESEND_MS = 30_000;
+/** A result not acked this long after the build ended is dropped, with a log line: by then the edge
+ * has failed the build for its silence (BUILD_SILENCE_MS) unless it stored the result, so
+ * an edge that never acks (a bug) or whose writes always throw for it cannot keep it here, in the
+ * journal and on the wire every RESULT_RESEND_MS, for ever. Counted across agent restarts (the
+ * journal keeps when it ended). */
+export const RESULT_KEEP_MS = 2 * BUILD_SILENCE_MS;
 /** Longest one step may run unless the options say otherwise. */
 const STEP_TIMEOUT_MS = 30 * 60_000;
 
@@ -121,6 +132,8 @@ class Events {
   result: BuildResult | undefined;
   /** When its result last left for an edge that acks results, until the ack (0: due again). */
   unacked: number | undefined;
+  /** When it ended (its result was reached, or read back from the journal): RESULT_KEEP_MS. */
+  endedAt: number | undefined;
   /** Frames with this build's events the link refused (TemplateBuilder #unsent). */
   sendFailures = 0;
   /** Given up (#unsent): no more lines, and its end is GIVEN_UP once its run stopped. */
@@ -172,9 +185,11 @@ export class TemplateBuilder {
     // Mounts and claims before the builds below start; the dead trees go meanwhile.
     void removeDeadStaging(join(this.#o.store.root, "layers")).catch((err: Error) => this.#o.log?.(`dead build staging: ${err.message}`));
     const entries = this.#journal.list((file, why) => this.#o.log?.(`build journal entry ${file} dropped: ${why}`));
-    for (const { frame, seq, result } of entries) {
-      this.#o.log?.(result ? "sending a build's result again after an agent restart" : "resuming a build after an agent restart", { buildId: frame.buildId });
-      this.start(frame, seq, result);
+    for (const { frame, seq, result, endedAt, givenUp } of entries) {
+      // Given up before the restart (its run may not have stopped): it ends as it would have.
+      const end = result ?? (givenUp ? { status: "error" as const, message: GIVEN_UP } : undefined);
+      this.#o.log?.(end ? "sending a build's result again after an agent restart" : "resuming a build after an agent restart", { buildId: frame.buildId });
+      this.start(frame, seq, end, endedAt);
     }
     return entries.length;
   }
@@ -182,7 +197,7 @@ export class TemplateBuilder {
   /** Starts a build in the background; its events leave through `send`. A repeat is ignored. A
    * resumed one (`resumeSeq`) goes on from its cached steps, or, if it had ended (`result`, not
    * acked before the restart), only sends its result again. */
-  start(frame: BuildFrame, resumeSeq?: number, result?: BuildResult): void {
+  start(frame: BuildFrame, resumeSeq?: number, result?: BuildResult, endedAt?: number): void {
     if (this.#builds.has(frame.buildId)) return;
     const ev = new Events(frame.buildId);
     if (resumeSeq !== undefined) ev.seq = resumeSeq;
@@ -192,6 +207,7 @@ export class TemplateBuilder {
     if (result) {
       ev.settled = true;
       ev.result = result;
+      ev.endedAt = endedAt ?? Date.now();
       return;
     }
     if (resumeSeq !== undefined) ev.add("The agent restarted during this build: resuming it (finished steps are cached)", "warn");
@@ -217,6 +233,7 @@ export class TemplateBuilder {
    * a restart sends it again instead of running the build again. */
   #ended(ev: Events, result: BuildResult): void {
     ev.result = result;
+    ev.endedAt ??= Date.now(); // a result replaced (#unsent) keeps the first end's time
     this.#keep(ev);
   }
 
@@ -268,9 +285,15 @@ export class TemplateBuilder {
     // edge's runtime would close the cluster's session. A frame holds FRAME_MAX_BYTES of lines;
     // the rest leave with the next flush.
     let room = FRAME_MAX_BYTES;
+    const keepMs = this.#o.resultKeepMs ?? RESULT_KEEP_MS;
     for (const ev of this.#builds.values()) {
+      if (ev.endedAt !== undefined && Date.now() - ev.endedAt > keepMs) {
+        this.#o.log?.("build result dropped: the edge has not acked it since the build ended", { buildId: ev.buildId, endedAt: new Date(ev.endedAt).toISOString() });
+        this.#end(ev.buildId);
+        continue;
+      }
       // A result that left waits for the edge's ack; again after a new session or RESULT_RESEND_MS.
-      if (ev.unacked !== undefined && Date.now() - ev.unacked < RESULT_RESEND_MS) continue;
+      if (ev.unacked !== undefined && Date.now() - ev.unacked < (this.#o.resultResendMs ?? RESULT_RESEND_MS)) continue;
       if (!ev.pending.length && !ev.result && Date.now() - ev.sentAt < HEARTBEAT_MS) continue;
       let n = 0;
       while (n < Math.min(ev.pending.length, 500) && (room -= jsonBytes(ev.pending[n]!)) >= 0) n++;
@@ -282,7 +305,10 @@ export class TemplateBuilder {
       items.push({ buildId: ev.buildId, logs, ...(done ? { result: done } : {}) });
       if (items.length === 64 || room <= 0) break;
     }
-    if (!items.length) return;
+    if (!items.length) {
+      if (!this.#builds.size) this.stop();
+      return;
+    }
     const sent = this.#deliver(items);
     if (!sent) return;
     for (const it of sent) {
@@ -343,6 +369,7 @@ export class TemplateBuilder {
       ev.pending.length = 0;
       ev.stop.abort(new Error(GIVEN_UP));
       if (ev.settled) this.#ended(ev, { status: "error", message: GIVEN_UP });
+      else this.#keep(ev); // a restart before the run stopped does not run it again
       return;
     }
     if (it.logs.length) ev.add(`${it.logs.length} log lines could not be sent to the edge`, "warn");
@@ -357,7 +384,7 @@ export class TemplateBuilder {
   }
 
   #keep(ev: Events): void {
-    this.#journalWrite(() => this.#journal?.put({ frame: this.#frames.get(ev.buildId)!, seq: ev.seq - ev.pending.length, ...(ev.result ? { result: ev.result } : {}) }));
+    this.#journalWrite(() => this.#journal?.put({ frame: this.#frames.get(ev.buildId)!, seq: ev.seq - ev.pending.length, ...(ev.result ? { result: ev.result, endedAt: ev.endedAt } : {}), ...(ev.givenUp ? { givenUp: true as const } : {}) }));
   }
 
   /** A journal the disk refuses (full, read-only) costs the resume after a restart, not the agent. */
@@ -443,6 +470,9 @@ export class TemplateBuilder {
       }
       layers.push(id);
     }
+    // Stopped during the last step's commit (treeSize, commitLayer: not abortable): not published,
+    // since its end is GIVEN_UP and the edge fails the build; its layers stay cached.
+    if (ev.stop.signal.aborted) throw new StepFailed((ev.stop.signal.reason as Error).message, "finalize");
     store.putTemplate(frame.output, layers);
     ev.add(`Template ${frame.output} ready: ${layers.length} layers`, "info", "finalize");
     return result;

@@ -19,6 +19,10 @@ export interface JournalEntry {
   seq: number;
   /** How it ended, while the edge has not acked that (builder.ts `acked`). */
   result?: BuildResult;
+  /** When it ended (ms since the epoch): a result kept past RESULT_KEEP_MS is dropped (builder.ts). */
+  endedAt?: number;
+  /** Given up (builder.ts #unsent) before its run stopped: resumed as ended (GIVEN_UP), not run again. */
+  givenUp?: true;
 }
 
 export class BuildJournal {
@@ -51,12 +55,14 @@ export class BuildJournal {
     for (const name of readdirSync(this.#dir)) {
       if (!name.endsWith(".json")) continue;
       try {
-        const raw = JSON.parse(readFileSync(join(this.#dir, name), "utf8")) as { frame: unknown; seq: unknown; result?: unknown };
+        const raw = JSON.parse(readFileSync(join(this.#dir, name), "utf8")) as { frame: unknown; seq: unknown; result?: unknown; endedAt?: unknown; givenUp?: unknown };
         const frame = BuildFrameSchema.parse(raw.frame);
         const seq = Number.isSafeInteger(raw.seq) && (raw.seq as number) >= 0 ? (raw.seq as number) : 0;
         // A result the link's schema refuses is run again rather than sent into the same refusal.
         const result = raw.result === undefined ? undefined : BuildResultSchema.safeParse(raw.result).data;
-        out.push({ frame, seq, ...(result ? { result } : {}) });
+        // None (an entry from before session 32) or not a time: counted from now.
+        const endedAt = Number.isSafeInteger(raw.endedAt) && (raw.endedAt as number) > 0 ? (raw.endedAt as number) : undefined;
+        out.push({ frame, seq, ...(result ? { result, ...(endedAt ? { endedAt } : {}) } : {}), ...(raw.givenUp === true ? { givenUp: true as const } : {}) });
       } catch (err) {
         onBad(name, (err as Error).message);
         rmSync(join(this.#dir, name), { force: true });

@@ -309,6 +309,10 @@ function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<nu
   writeFileSync(argsFile, args.map((a) => `${a}\0`).join(""), { mode: 0o600 });
   const opened = [argsFile, ...fds].map((f) => openSync(f, lstatSync(f).isDirectory() ? constants.O_RDONLY | constants.O_DIRECTORY : "r"));
   return new Promise((resolve, reject) => {
+    if (r.signal?.aborted) {
+      for (const fd of opened) closeSync(fd);
+      return reject(r.signal.reason);
+    }
     const procs = r.cgroupProcs ?? [];
     // The step's network by the fd its StepNet holds (step-net.ts), handed over at NET_FD and
     // closed again past nsenter, so the step's processes do not inherit it.
@@ -319,7 +323,7 @@ function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<nu
     const argv = ["-c", JOIN, "sh", String(procs.length), ...procs, ...enter, ...as, "bwrap", "--args", String(ARGS_FD), "--", ...command];
     // A copy step's archive is the command's stdin (extracted inside): no path bwrap must reach.
     const stdin = s.kind === "copy" ? openSync(s.archive, "r") : "ignore";
-    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", r.net ? r.net.nsFd : "ignore", ...opened], env: HOST_ENV, signal: r.signal, killSignal: "SIGKILL", cwd: "/" });
+    const child = spawn("/bin/sh", argv, { stdio: [stdin, "pipe", "pipe", r.net ? r.net.nsFd : "ignore", ...opened], env: HOST_ENV, cwd: "/" });
     for (const fd of opened) closeSync(fd);
     if (typeof stdin === "number") closeSync(stdin);
     let timedOut = false;
@@ -327,14 +331,24 @@ function bwrap(root: string, r: StepRun, ns: OpenUserns | undefined): Promise<nu
       timedOut = true;
       child.kill("SIGKILL");
     }, r.timeoutMs);
+    // Stopped (the build given up): killed as the timeout kills, and settled on `close` as it is,
+    // so the caller's cleanup (cgroup, uid range, staging) runs once the step's output has ended.
+    // Not spawn's `signal`: that rejects at once, while the step's processes may still be dying.
+    const stop = () => child.kill("SIGKILL");
+    r.signal?.addEventListener("abort", stop, { once: true });
+    const settled = () => (clearTimeout(timer), r.signal?.removeEventListener("abort", stop));
     for (const [stream, name] of [[child.stdout!, "stdout"], [child.stderr!, "stderr"]] as const) {
       const lines = new LineCutter((l) => r.onLine(l, name), MAX_MESSAGE_LENGTH); // a log entry's bound: nothing clipped
       stream.setEncoding("utf8");
       stream.on("data", (chunk: string) => lines.push(chunk));
       stream.on("end", () => lines.end());
     }
-    child.on("error", (err) => (clearTimeout(timer), reject(err)));
-    // Killed by a signal (the OOM killer takes bwrap too): reported as a shell would, 128 + 9.
-    child.on("close", (code) => (clearTimeout(timer), resolve(code ?? (timedOut ? null : 137))));
+    child.on("error", (err) => (settled(), reject(err)));
+    child.on("close", (code) => {
+      settled();
+      if (code === null && r.signal?.aborted) return reject(r.signal.reason);
+      // Killed by a signal (the OOM killer takes bwrap too): reported as a shell would, 128 + 9.
+      resolve(code ?? (timedOut ? null : 137));
+    });
   });
 }

@@ -172,6 +172,10 @@ describe("builds sharing the layer store", () => {
       b.acked([`given-up-${tag}`]);
       expect(readdirSync(journal)).toEqual([]);
     } finally {
+      // A failure before the refusal would leave the step running until the test process exits
+      // (dispose ends only claim waits), and its cgroups behind: refused, it is stopped.
+      refusing = true;
+      for (const end = Date.now() + 30_000; processesWith(marker).length && Date.now() < end; ) await new Promise((r) => setTimeout(r, 100));
       b.dispose();
       rmSync(journal, { recursive: true, force: true });
     }
