@@ -19,8 +19,9 @@ import { describeExit, Supervisor, type Exit, type Running } from "./supervisor.
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const NODE = join(ROOT, "node_modules/.bin/node");
-/** Where the agent gets `agentInheritedFd`: above the low descriptors a Node process finds
- * close-on-exec already at its start (an inherited fd 9 was, fds 30 and up were not, here). */
+/** Where the agent gets `agentInheritedFd`. High on purpose: a low inherited descriptor was found
+ * close-on-exec already at a Node process's start here (fd 9), fds 30 and up were not; the test
+ * also asserts the agent logged closing this one, so a descriptor Node had flagged would show. */
 export const INHERITED_FD = 30;
 
 export interface SystemOptions {

@@ -105,6 +105,8 @@ describe("what a sandbox holds of the host", () => {
     const pty = await sbx.pty.create({ cols: 200, rows: 24, onData: (d) => void (term += dec.decode(d)) });
     await sbx.pty.sendInput(pty.pid, new TextEncoder().encode(`${list}; exit\n`));
     await pty.wait().catch(() => undefined);
+    // It listed its own terminal.
+    expect(term).toContain("/dev/pts/");
     for (const text of [asRoot.stdout, term]) expect(text).not.toContain(inherited);
   });
 

@@ -214,12 +214,19 @@ export async function runStep(r: StepRun): Promise<{ code: number | null; diskFu
       if (r.userns) reverseIdmap(r.userns, upper, from);
       mkdirSync(layer);
       const procs = r.cgroupProcs ?? [];
+      const copy = run("/bin/sh", ["-c", JOIN, "sh", String(procs.length), ...procs, "cp", "-a", "--", `${from}/.`, layer], { env: HOST_ENV, timeout: r.timeoutMs, maxBuffer: 1 << 20, signal: r.signal, killSignal: "SIGKILL" });
       try {
-        await run("/bin/sh", ["-c", JOIN, "sh", String(procs.length), ...procs, "cp", "-a", "--", `${from}/.`, layer], { env: HOST_ENV, timeout: r.timeoutMs, maxBuffer: 1 << 20, signal: r.signal, killSignal: "SIGKILL" });
+        await copy;
       } catch (err) {
         // Its message names host paths: the build's log gets the gist, the agent's the detail.
         console.warn(`build step copy off its disk: ${(err as Error).message.slice(0, 2000)}`);
-        if (r.signal?.aborted) throw r.signal.reason;
+        if (r.signal?.aborted) {
+          // execFile answers an abort at once, before the killed cp is gone: the cleanup below
+          // must not race it (the step's bwrap is waited for the same way).
+          const c = copy.child;
+          if (c.exitCode === null && c.signalCode === null) await new Promise((ok) => c.once("close", ok));
+          throw r.signal.reason;
+        }
         const why = (err as { killed?: boolean }).killed ? "it ran out of time" : ((err as { stderr?: string }).stderr ?? "").includes("File name too long") ? "a path in it is too long" : "see the agent's log";
         throw new Error(`the step's files could not be copied into its layer (${why})`);
       }
