@@ -31,13 +31,15 @@ export interface SyscallNumbers {
   moveMount: number;
   /** The port relay's zero-copy relay of a handed-off connection (port-relay.pl `splice_pump`). */
   splice: number;
+  /** clone3 (5.3+, the unified table: the same number everywhere); the tests' pid squatter. */
+  clone3: number;
 }
 
 /** From the kernel's syscall tables: arch/x86/entry/syscalls/syscall_64.tbl and
  * include/uapi/asm-generic/unistd.h (arm64). */
 const SYSCALLS: Record<string, SyscallNumbers> = {
-  x64: { setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 275 },
-  arm64: { setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 76 },
+  x64: { setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 275, clone3: 435 },
+  arm64: { setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 76, clone3: 435 },
 };
 
 export function syscallNumbers(cpu: string = arch()): SyscallNumbers {

@@ -5,7 +5,7 @@ import { rmSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { expect, vi } from "vitest";
 import type { DesiredSandbox } from "../../../../controllers/drivers/driver.ts";
-import { PERL } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { PERL, syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import type { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 
@@ -73,11 +73,11 @@ export interface Squatter {
  * ended pid 1 may not be reaped yet). Nothing host-wide is written: `ns_last_pid`, the namespace's
  * counter every fork of the machine draws from, is neither set nor moved (a chosen pid is not
  * allocated cyclically), and no other process can take the pid in between. Needs CAP_SYS_ADMIN
- * (the local tier runs as root). 435 on every architecture (the unified table since 5.3). The
+ * (the local tier runs as root). Its number comes from host-helpers.ts's table, as the helpers' do. The
  * parent stays, waits and ends as the child did, so the caller sees an exit like a child's. */
 const CLONE3_SET_TID = String.raw`
 use strict;
-my ($pid, @argv) = @ARGV;
+my ($clone3, $pid, @argv) = @ARGV;
 my $tids = pack("l", $pid);
 # struct clone_args (VER1, 80 bytes): flags, pidfd, child_tid, parent_tid, exit_signal (SIGCHLD),
 # stack, stack_size, tls, set_tid (a pointer to one pid_t), set_tid_size.
@@ -88,7 +88,7 @@ my $args = pack("Q10", 0, 0, 0, 0, 17, 0, 0, 0, unpack("Q", pack("p", $tids)), 1
 pipe(my $r, my $w) or die "pipe: $!\n";
 my $child = -1;
 for (1 .. 100) {
-  $child = syscall(435, $args, length $args);
+  $child = syscall($clone3, $args, length $args);
   last if $child >= 0 || !$!{EEXIST};
   select(undef, undef, undef, 0.02);
 }
@@ -113,7 +113,7 @@ exit($status >> 8);
  * host's, so other processes' forks (other test files, the machine) could take the pid first, and
  * every fork on the host was moved by the write. Undefined when the pid stays taken. */
 export async function takePid(pid: number, argv = ["/usr/bin/sleep", "300"]): Promise<Squatter | undefined> {
-  const parent = spawn(PERL, ["-e", CLONE3_SET_TID, String(pid), ...argv], { stdio: ["ignore", "pipe", "inherit"] });
+  const parent = spawn(PERL, ["-e", CLONE3_SET_TID, String(syscallNumbers().clone3), String(pid), ...argv], { stdio: ["ignore", "pipe", "inherit"] });
   const line = await new Promise<string>((resolve) => {
     let out = "";
     parent.stdout!.on("data", (b: Buffer) => {
