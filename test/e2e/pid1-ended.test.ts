@@ -34,7 +34,8 @@ async function rebootsKeepingFiles(end: (sbx: Sandbox) => Promise<unknown>) {
   await waitFor(async () => (await sbx.commands.run(COUNT_MARKED)).stdout !== "0\n", { what: "the process started before", timeoutMs: 10_000, intervalMs: 100 });
   const before = recordOf(sbx.sandboxId).nsInit!;
   await end(sbx);
-  // A generous bound: the agent looks every 5 s and restarts it at once.
+  // A generous bound: the agent hears its holder exit (or, for one it adopted, looks every 5 s)
+  // and restarts it at once.
   await waitFor(
     async () => {
       const now = recordOf(sbx.sandboxId).nsInit;

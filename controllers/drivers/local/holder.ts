@@ -160,6 +160,11 @@ export interface HolderSpec {
   userns?: { nsPath: string; owner: number };
   /** The seccomp program file (seccomp.ts) bwrap loads into `sleep infinity` (`--seccomp`). */
   seccomp?: string;
+  /** Once started, told when the holder exits (`heard` true: at `bwrap` levels it exits after its
+   * pid 1, at `process` level it is pid 1), or that nobody can tell any more (false: the spawner
+   * that started it died). Called at most once, possibly before startHolder's promise settles
+   * (an exit right after the start). */
+  onEnd?: (heard: boolean) => void;
 }
 
 /** bwrap as the user namespace's owner: it joins the namespace (`--userns`) and so holds
@@ -209,6 +214,7 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
     if (spec.bwrapArgs) rmSync(argsFile, { force: true });
   }
   const info = child.pipes.get(INFO_FD);
+  let started = false;
   try {
     const exited = new Promise<never>((_, reject) => {
       child.onExit((e) => reject(new Error(`holder exited early (${e.error ?? e.signal ?? e.code}): ${lastLine(spec.log)}; see ${spec.log}`)));
@@ -220,6 +226,7 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
       if (!holder) return await exited;
       await Promise.race([waitExec(pid, SLEEP), exited]);
       protectFromOOM([pid]);
+      started = true;
       return { holder, nsInit: holder };
     }
     const initPid = await Promise.race([readChildPid(info!), exited]);
@@ -236,10 +243,13 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
     }
     // The holder only: bwrap's pid 1 and its `sleep` are inside the sandbox (see protectFromOOM).
     protectFromOOM([pid]);
+    started = true;
     return { holder, nsInit };
   } finally {
     info?.destroy();
-    child.forget();
+    // The spawner is the holder's parent: it hears of its exit (the end of a sandbox's pid 1)
+    // as it happens, with no look at /proc. A start that failed ended it (or its caller does).
+    child.forget(started ? spec.onEnd : undefined);
   }
 }
 
@@ -254,7 +264,7 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
  * processes instead. They stay ordinary candidates, among the smallest of their sandbox: the
  * OOM killer takes the largest process first, though memory that counts to no process (tmpfs,
  * shm) can leave pid 1 (1-2 MB) next in line; a pid 1 that ends is restarted (local-driver.ts
- * #checkWatched). Set after the fork of pid 1, which so inherits nothing. */
+ * #holderEnded, #checkWatched). Set after the fork of pid 1, which so inherits nothing. */
 function protectFromOOM(pids: number[]): void {
   for (const pid of pids) {
     try {

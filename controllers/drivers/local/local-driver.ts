@@ -61,6 +61,9 @@ export interface LocalDriverOptions {
   cgroupName?: string;
   /** pids.max when the desired sandbox does not say. */
   defaultPidsMax?: number;
+  /** How often pid 1s that no exit event covers are looked at (ms; default PID1_CHECK_MS). Tests
+   * pass an hour to show a restart does not wait for the look, or a short one for adopted holders. */
+  pid1CheckMs?: number;
   /** Who forks holders and commands. Default: a spawner process of the driver's own (see
    * spawner.ts), or this process itself when KRUISE_LOCAL_SPAWNER=off (for comparison). */
   spawner?: Spawner;
@@ -118,13 +121,20 @@ const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "p
 /** The protocol's sandbox ids are [a-z0-9]{1,64}; ids also name directories, cgroups and the hostname. */
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
-/** How often the running sandboxes' pid 1s are looked at (#checkWatched). Every second cost an
- * idle agent with 120 sandboxes more than every 5 s in 4 of 4 paired rounds, by an amount the runs
- * do not pin down (perhaps ~1.5-2.4 ms/s at 1 s; bench/pid1-watch.ts, README.md "A pid 1 that
- * ends", Cost); the price is a reboot up to 4 s later (its commands fail "not running" meanwhile
- * either way). */
+/** How often the pid 1s of holders this driver's spawner did not start (adopted from an earlier
+ * agent, or outliving a spawner that died) are looked at (#checkWatched); a holder the spawner
+ * started tells of its end by its exit (#holderEnded), and with none of the others the timer does
+ * not run. Every second cost an idle agent with 120 such sandboxes more than every 5 s in 4 of 4
+ * paired rounds, by an amount the runs do not pin down (bench/pid1-watch.ts, README.md "A pid 1
+ * that ends", Cost); the price is such a sandbox's reboot up to 5 s late (its commands fail "not
+ * running" meanwhile either way). */
 const PID1_CHECK_MS = 5000;
 
+
+/** Whether two references name the same process (a pid is reused; with its start time it is not). */
+function sameProc(a: ProcRef, b: ProcRef): boolean {
+  return a.pid === b.pid && a.start === b.start;
+}
 
 /** The seccomp filter a holder for `d` loads, and its commands with it. */
 function filterFor(d: DesiredSandbox): FilterKind {
@@ -183,11 +193,15 @@ export class LocalDriver implements Driver {
   /** The pid 1 of each running sandbox, set under the sandbox's lock where its record says so
    * (#startHolder, a locked #observeRecord); left out once the driver ends it itself. */
   readonly #watched = new Map<string, StatHandle>();
-  /** Sandboxes whose ended pid 1 a check (#checkWatched) has handed to their lock. */
+  /** Of #watched, those no exit event will tell of (adopted holders, or a dead spawner's): the
+   * timer (#watchTimer) looks at these, and runs only while there are any. */
+  readonly #timed = new Set<string>();
+  /** Sandboxes whose ended pid 1 (#pid1Ended) has been handed to their lock. */
   readonly #ending = new Set<string>();
   /** Per sandbox, its last holder start and the backoff of its restarts (restart-backoff.ts). */
   readonly #restarts = new Map<string, RestartState>();
-  readonly #watchTimer: NodeJS.Timeout;
+  #watchTimer: NodeJS.Timeout | undefined;
+  readonly #checkMs: number;
   /** closeHelpers ran: no pid 1 is watched any more (#watch). */
   #closed = false;
   #changed: ((id: string) => void) | undefined;
@@ -196,6 +210,7 @@ export class LocalDriver implements Driver {
     const envMask = process.env.KRUISE_EGRESS_CT_MARK_MASK;
     this.#relay = new PortRelay({ proxySocket: this.#egress.socket, ctMarkMask: opts.egressCtMarkMask ?? (envMask ? Number(envMask.startsWith("0x") ? envMask : `0x${envMask}`) : undefined) });
     this.#dataDir = opts.dataDir;
+    this.#checkMs = opts.pid1CheckMs ?? PID1_CHECK_MS;
     this.#pidsMax = opts.defaultPidsMax ?? 4096;
     this.#diskMB = opts.defaultDiskMB ?? 1024;
     this.#egressPort = opts.egressProxyPort ?? EGRESS_PROXY_PORT;
@@ -270,40 +285,72 @@ export class LocalDriver implements Driver {
       unmountDiskSync(join(dir, "disk"));
     }
     if (trash.length) this.#emptyTrash(trash);
-    this.#watchTimer = setInterval(() => this.#checkWatched(), PID1_CHECK_MS).unref();
   }
 
   /** `listener` hears of each sandbox whose pid 1 ended by itself (root inside ended its `sleep`
-   * or ptrace-killed it, the OOM killer took it), within about PID1_CHECK_MS: the agent runs a
-   * pass, whose `ensure` starts it again (after the backoff of restart-backoff.ts). */
+   * or ptrace-killed it, the OOM killer took it): as its holder's exit is heard, or within about
+   * PID1_CHECK_MS for a holder no exit event covers (#timed). The agent runs a pass, whose
+   * `ensure` starts it again (after the backoff of restart-backoff.ts). */
   onChange(listener: (id: string) => void): void {
     this.#changed = listener;
   }
 
-  /** One `/proc/<pid>/stat` read per watched sandbox: nothing else tells the driver that a pid 1
-   * ended (it is no child of the agent's, and an adopted one not even of its spawner's). Each
-   * ended one is looked at again under its sandbox's lock, after any pass under way (which may be
-   * what ended it: a stop or destroy takes it out of #watched first). */
+  /** One `/proc/<pid>/stat` read per sandbox whose holder no exit event covers (#timed): an
+   * adopted holder is no child of this agent's spawner, nor is one whose spawner died. */
   #checkWatched(): void {
-    for (const [id, handle] of this.#watched) {
-      if (!handle.ended() || this.#ending.has(id)) continue;
-      const { ref } = handle;
-      this.#ending.add(id);
-      void this.#locked(id, async () => {
-        this.#ending.delete(id);
-        // The driver stopped while this waited: nothing is watched or told any more.
-        if (this.#closed) return;
-        const rec = this.#record(id);
-        // Gone, stopped, or a holder other than the one watched: nothing of this entry to report.
-        if (!rec || (rec.phase !== "Running" && rec.phase !== "Frozen") || rec.nsInit?.pid !== ref.pid || rec.nsInit.start !== ref.start) {
-          if (this.#watched.get(id) === handle) this.#unwatch(id);
-          return;
-        }
-        if (this.#observeRecord(rec, false, true).phase !== "Failed") return;
-        // The pass it starts restarts it (ensure), and its start watches the new pid 1.
-        this.#unwatch(id);
-        this.#changed?.(id);
-      }).catch((err: Error) => console.warn(`local driver: sandbox ${id}: ${err.message}`));
+    for (const id of this.#timed) {
+      const handle = this.#watched.get(id)!;
+      if (handle.ended()) this.#pid1Ended(id, handle.ref);
+    }
+  }
+
+  /** The spawner heard the holder of `ref` (sandbox `id`'s pid 1 then) exit, or (`heard` false)
+   * died itself, leaving nobody to tell of that exit. */
+  #holderEnded(id: string, ref: ProcRef, heard: boolean): void {
+    if (this.#closed) return;
+    const handle = this.#watched.get(id);
+    // Stale: a holder the driver ended itself (a stop or destroy takes it out of #watched before
+    // its kill) or one replaced since.
+    if (!handle || !sameProc(handle.ref, ref)) return;
+    // A holder exits after its pid 1 (at `process` level it is pid 1).
+    if (heard && handle.ended()) this.#pid1Ended(id, ref);
+    // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, or
+    // the spawner gone): the timer looks at it.
+    else this.#time(id, true);
+  }
+
+  /** The pid 1 `ref` of sandbox `id` ended: looked at again under the sandbox's lock, after any
+   * pass under way (which may be what ended it: a stop or destroy takes it out of #watched
+   * first), and if the sandbox has failed, its listener is told. */
+  #pid1Ended(id: string, ref: ProcRef): void {
+    if (this.#ending.has(id)) return;
+    this.#ending.add(id);
+    void this.#locked(id, async () => {
+      this.#ending.delete(id);
+      // The driver stopped while this waited: nothing is watched or told any more.
+      if (this.#closed) return;
+      const rec = this.#record(id);
+      // Gone, stopped, or a holder other than the one watched: nothing of this entry to report.
+      if (!rec || (rec.phase !== "Running" && rec.phase !== "Frozen") || !rec.nsInit || !sameProc(rec.nsInit, ref)) {
+        const handle = this.#watched.get(id);
+        if (handle && sameProc(handle.ref, ref)) this.#unwatch(id);
+        return;
+      }
+      if (this.#observeRecord(rec, false, true).phase !== "Failed") return;
+      // The pass it starts restarts it (ensure), and its start watches the new pid 1.
+      this.#unwatch(id);
+      this.#changed?.(id);
+    }).catch((err: Error) => console.warn(`local driver: sandbox ${id}: ${err.message}`));
+  }
+
+  /** Whether the timer looks at sandbox `id`'s pid 1 (`on`); it runs while it looks at any. */
+  #time(id: string, on: boolean): void {
+    if (on) this.#timed.add(id);
+    else this.#timed.delete(id);
+    if (this.#timed.size > 0) this.#watchTimer ??= setInterval(() => this.#checkWatched(), this.#checkMs).unref();
+    else if (this.#watchTimer) {
+      clearInterval(this.#watchTimer);
+      this.#watchTimer = undefined;
     }
   }
 
@@ -327,7 +374,6 @@ export class LocalDriver implements Driver {
    * helpers of its own) leaves nothing of them in /tmp. */
   closeHelpers(): void {
     this.#closed = true;
-    clearInterval(this.#watchTimer);
     for (const id of [...this.#watched.keys()]) this.#unwatch(id);
     this.#relay.dispose();
     this.#egress.dispose();
@@ -782,8 +828,16 @@ export class LocalDriver implements Driver {
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
          "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
       : undefined;
+    // Its exit (heard by the spawner, its parent) tells of its pid 1's end; one heard before the
+    // pid 1 is watched below is kept for then.
+    let watching: ProcRef | undefined;
+    let ended: boolean | undefined;
+    const onEnd = (heard: boolean) => {
+      ended = heard;
+      if (watching) this.#holderEnded(rec.id, watching, heard);
+    };
     const started = await startHolder(
-      { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter] },
+      { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter], onEnd },
       this.#spawner,
     ).catch(async (err: unknown) => {
       // A start given up on (its holder SIGKILLed) leaves nothing of it: processes still dying
@@ -802,7 +856,14 @@ export class LocalDriver implements Driver {
     this.#holderChecked.add(rec.id);
     next = { ...next, phase: "Running", holder: started.holder, nsInit: started.nsInit, net: next.net && { address: next.net.address, veth } };
     this.#save(next);
-    this.#watch(rec.id, started.nsInit);
+    this.#watch(rec.id, started.nsInit, false);
+    watching = started.nsInit;
+    if (ended !== undefined) {
+      // Ended already: watched, its exit is handled now; not watchable (its pid 1 gone), it is
+      // what a pid 1 ended since its last look would be.
+      if (this.#watched.has(rec.id)) this.#holderEnded(rec.id, started.nsInit, ended);
+      else this.#pid1Ended(rec.id, started.nsInit);
+    }
     this.#restarts.set(rec.id, holderStarted(this.#restarts.get(rec.id), Date.now()));
     return next;
   }
@@ -834,7 +895,7 @@ export class LocalDriver implements Driver {
    * with no level (no record), the pid-namespace scan, which at `process` level finds the same
    * (every process of such a sandbox is in the agent's namespace, with its marker). */
   async #endProcesses(rec: Pick<SandboxRecord, "id" | "cgroups" | "nsInit"> & { level?: SandboxRecord["level"] }): Promise<void> {
-    // Ended on purpose: not a death for #checkWatched to report.
+    // Ended on purpose: not a death to report (its holder's exit, heard after this, is stale).
     this.#unwatch(rec.id);
     // An open listener would keep the sandbox's network namespace alive.
     await this.#relay.closeEgress(rec.id);
@@ -860,7 +921,8 @@ export class LocalDriver implements Driver {
 
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create).
    * `fresh`: the record was made in this pass, so no holder of it can run yet. `locked`: under the
-   * sandbox's lock, so a running pid 1 found is watched (#checkWatched); unlocked observations
+   * sandbox's lock, so a running pid 1 found is watched (#watch: timed, as no exit event of this
+   * driver's covers a holder it finds rather than starts); unlocked observations
    * (observe, list) may race a stop and never arm it: every caller says which it is. */
   #observeRecord(rec: SandboxRecord, fresh: boolean, locked: boolean): SandboxObservation {
     const base = {
@@ -903,22 +965,25 @@ export class LocalDriver implements Driver {
   }
 
   /** Watches `ref`, the running pid 1 of sandbox `id`: one descriptor of its /proc/<pid>/stat,
-   * kept while it is the sandbox's pid 1 (#checkWatched). */
-  #watch(id: string, ref: ProcRef): void {
+   * kept while it is the sandbox's pid 1. `timed`: no exit event covers its holder (one this
+   * driver did not start), so the timer looks at it (#checkWatched). */
+  #watch(id: string, ref: ProcRef, timed = true): void {
     // A pass or a check that waited on a sandbox's lock may end after closeHelpers: a descriptor
     // opened then would stay open with nothing left to close it.
     if (this.#closed) return;
     const now = this.#watched.get(id);
-    if (now && now.ref.pid === ref.pid && now.ref.start === ref.start) return;
+    if (now && sameProc(now.ref, ref)) return;
     now?.close();
     const handle = StatHandle.open(ref);
     if (handle) this.#watched.set(id, handle);
     else this.#watched.delete(id);
+    this.#time(id, handle !== undefined && timed);
   }
 
   #unwatch(id: string): void {
     this.#watched.get(id)?.close();
     this.#watched.delete(id);
+    if (this.#timed.has(id)) this.#time(id, false);
   }
 
   /** 0 when a sandbox whose pid 1 ended may start again now (logged, with its count); else how
@@ -998,8 +1063,8 @@ export class LocalDriver implements Driver {
       ids: () => this.#record(id)?.userns ?? IDENTITY,
       target: () => {
         const now = this.#record(id);
-        // Alive with its recorded start, asked on every call: the watch (#checkWatched) hears of
-        // an ended pid 1 only within about PID1_CHECK_MS, its pid may be reused meanwhile, and a view
+        // Alive with its recorded start, asked on every call: the watch hears of an ended pid 1
+        // only after it ended (its holder's exit, or a timer's look), its pid may be reused meanwhile, and a view
         // outlives the check at its creation. enter.pl checks the start again (the pid may be reused after this).
         if (!now || now.phase === "Stopped" || !now.nsInit || !alive(now.nsInit)) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";

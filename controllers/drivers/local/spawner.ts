@@ -59,8 +59,12 @@ export interface SpawnedProcess {
   /** The pipes asked for, by child fd number. */
   pipes: Map<number, Socket>;
   onExit(fn: (exit: LaunchedExit) => void): void;
-  /** Stops tracking the process (a holder that outlives its start); its exit is ignored. */
-  forget(): void;
+  /** Stops tracking the process (a holder that outlives its start): it no longer keeps the agent
+   * alive, and its exit fails nothing. `ended`, if given, still hears of its exit once
+   * (`heard` true), or that nobody can tell any more (false: the spawner that started it died,
+   * and the process, detached, outlives it; or it was forgotten and the exit not yet heard
+   * when the Spawner was disposed). */
+  forget(ended?: (heard: boolean) => void): void;
 }
 
 type WithoutId<T> = T extends unknown ? Omit<T, "id"> : never;
@@ -93,6 +97,9 @@ export class Spawner implements ProcessLauncher {
   #ready: Promise<ChildProcess> | undefined;
   #nextId = 1;
   readonly #tracked = new Map<number, Tracked>();
+  /** Forgotten processes whose exit someone still wants to hear of (SpawnedProcess.forget), by
+   * request id: they keep nothing alive (a holder lives as long as its sandbox). */
+  readonly #forgotten = new Map<number, (heard: boolean) => void>();
   #disposed = false;
   /** Requests waiting for the spawner to start. */
   #waiting = 0;
@@ -190,6 +197,10 @@ export class Spawner implements ProcessLauncher {
       if (t.reject) t.reject(new ProcessStartError(`${message}; the process was not started`));
       else this.#exited(t, { code: null, signal: null, error: `${message}; the process was killed` });
     }
+    // Detached (holders): they outlive it, and the next spawner is not their parent.
+    const forgotten = [...this.#forgotten.values()];
+    this.#forgotten.clear();
+    for (const fn of forgotten) fn(false);
   }
 
   /** Handover files (see launcher.ts) that commands of a dead spawner had no time to read: they
@@ -215,6 +226,11 @@ export class Spawner implements ProcessLauncher {
     const t = this.#tracked.get(m.id);
     if (!t) {
       handle?.destroy();
+      const ended = m.t === "exit" ? this.#forgotten.get(m.id) : undefined;
+      if (ended) {
+        this.#forgotten.delete(m.id);
+        ended(true);
+      }
       return;
     }
     switch (m.t) {
@@ -344,9 +360,12 @@ export class Spawner implements ProcessLauncher {
       pid,
       pipes: t.pipes,
       onExit: (fn) => (t.exit ? fn(t.exit) : t.exitFns.push(fn)),
-      forget: () => {
+      forget: (ended) => {
         this.#tracked.delete(id);
         t.exitFns = [];
+        if (ended && t.exit) ended(!t.exit.error);
+        else if (ended && this.#child) this.#forgotten.set(id, ended);
+        else ended?.(false);
         this.#refresh();
       },
     };
@@ -488,6 +507,11 @@ async function spawnHere(cmd: SpawnCommand, opts: { detached: boolean; stdio: St
     pid: child.pid,
     pipes,
     onExit: (fn) => (exit ? fn(exit) : child.once("exit", (code, signal) => fn({ code, signal }))),
-    forget: () => child.removeAllListeners("exit"),
+    forget: (ended) => {
+      child.removeAllListeners("exit");
+      // This process is the parent: it hears of the exit for as long as it lives.
+      if (ended && exit) ended(true);
+      else if (ended) child.once("exit", () => ended(true));
+    },
   };
 }

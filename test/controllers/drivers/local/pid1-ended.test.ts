@@ -1,16 +1,19 @@
 // A sandbox whose pid 1 ends by itself (root inside ends bwrap's init by ending its `sleep` or
 // through ptrace; the OOM killer can take it) is rebooted, as Kubernetes restarts a dead container:
-// the driver notices within about 5 s (PID1_CHECK_MS) and tells its listener (the agent), whose next pass
-// starts it again, its files kept and its processes gone. Killed again soon after a restart, it
-// waits a backoff first, reported not ready meanwhile.
+// the driver notices (its spawner hears the holder exit; a holder it did not start is looked at
+// every PID1_CHECK_MS) and tells its listener (the agent), whose next pass starts it again, its
+// files kept and its processes gone. Killed again soon after a restart, it waits a backoff first,
+// reported not ready meanwhile. The driver here looks only once an hour (pid1CheckMs): whatever
+// it notices within the polls' 10 s, it heard of, not looked for.
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { DesiredSandbox, SandboxObservation } from "../../../../controllers/drivers/driver.ts";
 import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.ts";
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
+import { Spawner, type SpawnedProcess } from "../../../../controllers/drivers/local/spawner.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { LocalSandboxView } from "../../../../controllers/drivers/local/local-view.ts";
 import { PF_EXITING, statFieldsIn } from "../../../../controllers/drivers/local/proc-handle.ts";
@@ -21,7 +24,9 @@ import { PTRACE_KILL_PID1 } from "../../../support/ptrace-kill-pid1.ts";
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
 const dataDir = mkdtempSync(join(tmpdir(), "local-pid1-ended-"));
 const cgroupName = `kruise-test-${process.pid}-pid1`;
-const driver = new LocalDriver({ dataDir, cgroupName });
+/** Longer than any test here: a restart these tests see was not found by the timer's look. */
+const HOUR = 3_600_000;
+const driver = new LocalDriver({ dataDir, cgroupName, pid1CheckMs: HOUR });
 const told: string[] = [];
 driver.onChange((id) => told.push(id));
 afterAll(() => destroyAll(driver, dataDir));
@@ -43,24 +48,32 @@ function statDescriptorsOf(pid: number): string[] {
 
 /** Ends pid 1 with `end`, then does what the agent does on hearing of it (a pass) until the
  * sandbox runs again: returns the observations the passes made. */
-async function endedAndRestarted(d: DesiredSandbox, end: () => Promise<unknown>): Promise<SandboxObservation[]> {
-  const before = await driver.observe(d.id);
+async function endedAndRestarted(d: DesiredSandbox, end: () => Promise<unknown>, on = driver, heard = told): Promise<SandboxObservation[]> {
+  const before = await on.observe(d.id);
   expect(before?.phase).toBe("Running");
-  told.length = 0;
+  heard.length = 0;
   await end();
   // Noticed without any call of ours: the listener hears of it.
-  expect(await pollUntil(() => told.includes(d.id), Boolean, 10_000)).toBe(true);
+  expect(await pollUntil(() => heard.includes(d.id), Boolean, 10_000)).toBe(true);
   // Until a pass starts it again it is not Failed (the edge keeps a Failed sandbox so for good).
-  expect((await driver.observe(d.id))?.phase).toBe("Pending");
+  expect((await on.observe(d.id))?.phase).toBe("Pending");
   const seen: SandboxObservation[] = [];
   const last = await pollUntil(async () => {
-    const obs = await driver.ensure(d);
+    const obs = await on.ensure(d);
     seen.push(obs);
     return obs;
   }, (obs) => obs.phase === "Running", 25_000);
   expect(last.phase).toBe("Running");
   expect(last.incarnation).not.toBe(before?.incarnation);
   return seen;
+}
+
+/** Pid 1 of `d` (of driver `on`, data directory `dir`) killed from the host: `heard` is told,
+ * passes bring it back, and a command runs. */
+async function killedAndBack(on: LocalDriver, dir: string, d: DesiredSandbox, heard: string[]): Promise<void> {
+  const kill = async () => process.kill(readRecord(layoutFor(dir, d.id).record)!.nsInit!.pid, "SIGKILL");
+  await endedAndRestarted(d, kill, on, heard);
+  expect((await shIn(on, d.id, "echo alive")).stdout).toBe("alive\n");
 }
 
 /** A file and a process before; after the restart the file is there, the process gone, and a
@@ -186,7 +199,78 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     await driver.ensure(other);
     await driver.destroy(other.id);
     told.length = 0;
-    await new Promise((r) => setTimeout(r, 6000)); // more than one look (PID1_CHECK_MS)
+    await new Promise((r) => setTimeout(r, 2000)); // their holders' exits heard (the first in ms)
     expect(told.filter((id) => id === d.id || id === other.id)).toEqual([]);
+  });
+
+  it("adopted from an earlier agent: the timer looks at it, and it is restarted", async () => {
+    const adoptDir = mkdtempSync(join(tmpdir(), "local-pid1-adopt-"));
+    const opts = { dataDir: adoptDir, cgroupName: `${cgroupName}a` };
+    const first = new LocalDriver({ ...opts, pid1CheckMs: HOUR });
+    const d = desiredSandbox("pa");
+    await first.ensure(d);
+    // The first agent goes (its spawner with it); its sandbox runs on.
+    await first.dispose();
+    const next = new LocalDriver({ ...opts, pid1CheckMs: 200 });
+    const heard: string[] = [];
+    next.onChange((id) => heard.push(id));
+    try {
+      expect((await next.ensure(d)).phase).toBe("Running");
+      expect((await shIn(next, d.id, "echo adopted")).stdout).toBe("adopted\n");
+      await killedAndBack(next, adoptDir, d, heard);
+    } finally {
+      await destroyAll(next, adoptDir);
+    }
+  });
+
+  it("its holder's spawner died: the timer looks at it from then on, and it is restarted", async () => {
+    const ownDir = mkdtempSync(join(tmpdir(), "local-pid1-spawner-"));
+    const spawner = new Spawner();
+    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}s`, spawner, pid1CheckMs: 200 });
+    const heard: string[] = [];
+    own.onChange((id) => heard.push(id));
+    try {
+      const d = desiredSandbox("pw");
+      await own.ensure(d);
+      const first = spawner.pid!;
+      process.kill(first, "SIGKILL");
+      await pollUntil(() => spawner.pid, (pid) => pid === undefined);
+      // Nobody will hear its holder exit now (the next spawner is not its parent).
+      await killedAndBack(own, ownDir, d, heard);
+    } finally {
+      await destroyAll(own, ownDir);
+    }
+  });
+
+  it("a holder's exit heard as the driver stops: the check it queued tells nobody and opens no descriptor", async () => {
+    const ownDir = mkdtempSync(join(tmpdir(), "local-pid1-stopping-"));
+    // Holds back what the spawner hears of holders' exits, to deliver one at a moment of our choice.
+    const exits: Array<(heard: boolean) => void> = [];
+    class HeldExits extends Spawner {
+      override async spawn(...args: Parameters<Spawner["spawn"]>): Promise<SpawnedProcess> {
+        const p = await super.spawn(...args);
+        return { ...p, forget: (ended) => (ended ? (p.forget(), exits.push(ended)) : p.forget()) };
+      }
+    }
+    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}h`, spawner: new HeldExits(), pid1CheckMs: HOUR });
+    const heard: string[] = [];
+    own.onChange((id) => heard.push(id));
+    try {
+      const d = desiredSandbox("ph");
+      await own.ensure(d);
+      expect(exits).toHaveLength(1);
+      const { pid } = readRecord(layoutFor(ownDir, d.id).record)!.nsInit!;
+      expect(statDescriptorsOf(pid)).toHaveLength(1);
+      process.kill(pid, "SIGKILL");
+      await pollUntil(() => existsSync(`/proc/${pid}`), (there) => !there);
+      // The exit, then at once the stop: the check waits on the sandbox's lock (a microtask).
+      exits[0]!(true);
+      own.closeHelpers();
+      await new Promise((r) => setTimeout(r, 500));
+      expect(heard).toEqual([]);
+      expect(statDescriptorsOf(pid)).toEqual([]);
+    } finally {
+      await destroyAll(own, ownDir);
+    }
   });
 });

@@ -46,6 +46,10 @@ function running(pid: number): boolean {
   }
 }
 
+async function pollUntil(ok: () => boolean, ms = 3000): Promise<void> {
+  for (const deadline = Date.now() + ms; !ok() && Date.now() < deadline; ) await sleep(10);
+}
+
 async function gone(pid: number, ms = 3000): Promise<boolean> {
   const deadline = Date.now() + ms;
   while (running(pid)) {
@@ -203,6 +207,31 @@ describe("spawner", () => {
     expect(s.pid).not.toBe(first);
     await s.dispose();
     expect(await gone(first)).toBe(true);
+  });
+
+  it("a forgotten detached process (a holder): its exit is still heard; its spawner's death says nobody can tell, and it runs on", async () => {
+    const own = new Spawner();
+    try {
+      const detached = { file: "/bin/sleep", args: ["300"], cwd: "/", env: {} };
+      const a = await own.spawn(detached, { detached: true, stdio: ["ignore", "ignore", "ignore"] });
+      const heardA: boolean[] = [];
+      a.forget((heard) => heardA.push(heard));
+      process.kill(a.pid, "SIGKILL");
+      await gone(a.pid);
+      await pollUntil(() => heardA.length > 0);
+      expect(heardA).toEqual([true]);
+
+      const b = await own.spawn(detached, { detached: true, stdio: ["ignore", "ignore", "ignore"] });
+      const heardB: boolean[] = [];
+      b.forget((heard) => heardB.push(heard));
+      process.kill(own.pid!, "SIGKILL");
+      await pollUntil(() => heardB.length > 0);
+      expect(heardB).toEqual([false]);
+      expect(running(b.pid)).toBe(true);
+      process.kill(b.pid, "SIGKILL");
+    } finally {
+      await own.dispose();
+    }
   });
 
   it("exits with the agent (kill -9 with requests in flight), taking the agent's commands with it but not detached holders' sessions", async () => {
