@@ -304,16 +304,16 @@ export class LocalDriver implements Driver {
     }
   }
 
-  /** The spawner heard the holder of `ref` (sandbox `id`'s pid 1 then) exit, or (`heard` false)
-   * died itself, leaving nobody to tell of that exit. */
-  #holderEnded(id: string, ref: ProcRef, heard: boolean): void {
+  /** The spawner heard the holder of `ref` (sandbox `id`'s pid 1 then) exit, or died itself,
+   * leaving nobody to tell of that exit (holder.ts onEnd). */
+  #holderEnded(id: string, ref: ProcRef): void {
     if (this.#closed) return;
     const handle = this.#watched.get(id);
     // Stale: a holder the driver ended itself (a stop or destroy takes it out of #watched before
     // its kill) or one replaced since.
     if (!handle || !sameProc(handle.ref, ref)) return;
     // A holder exits after its pid 1 (at `process` level it is pid 1).
-    if (heard && handle.ended()) this.#pid1Ended(id, ref);
+    if (handle.ended()) this.#pid1Ended(id, ref);
     // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, or
     // the spawner gone): the timer looks at it.
     else this.#time(id, true);
@@ -831,10 +831,10 @@ export class LocalDriver implements Driver {
     // Its exit (heard by the spawner, its parent) tells of its pid 1's end; one heard before the
     // pid 1 is watched below is kept for then.
     let watching: ProcRef | undefined;
-    let ended: boolean | undefined;
-    const onEnd = (heard: boolean) => {
-      ended = heard;
-      if (watching) this.#holderEnded(rec.id, watching, heard);
+    let ended = false;
+    const onEnd = () => {
+      ended = true;
+      if (watching) this.#holderEnded(rec.id, watching);
     };
     const started = await startHolder(
       { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter], onEnd },
@@ -858,10 +858,10 @@ export class LocalDriver implements Driver {
     this.#save(next);
     this.#watch(rec.id, started.nsInit, false);
     watching = started.nsInit;
-    if (ended !== undefined) {
+    if (ended) {
       // Ended already: watched, its exit is handled now; not watchable (its pid 1 gone), it is
       // what a pid 1 ended since its last look would be.
-      if (this.#watched.has(rec.id)) this.#holderEnded(rec.id, started.nsInit, ended);
+      if (this.#watched.has(rec.id)) this.#holderEnded(rec.id, started.nsInit);
       else this.#pid1Ended(rec.id, started.nsInit);
     }
     this.#restarts.set(rec.id, holderStarted(this.#restarts.get(rec.id), Date.now()));
