@@ -3,7 +3,7 @@
 import { asTombstone, type IndexRow } from "../store/sandbox-index.ts";
 import type { Endpoint } from "../../schema/protocol/index.ts";
 import { SANDBOX_IP_KEY } from "../../schema/api/extensions.ts";
-import { visibleState, type Condition, type Phase, type SandboxSpec, type SandboxState, type VisibleState } from "./state.ts";
+import { restarting, visibleState, type Condition, type Phase, type SandboxSpec, type SandboxState, type VisibleState } from "./state.ts";
 
 export interface SandboxInfo {
   sandboxId: string;
@@ -48,6 +48,8 @@ export interface RouteInfo {
   /** E2B's `network.maskRequestHost`: the Host header user ports receive (`${PORT}` filled in). */
   maskRequestHost: string | null;
   autoResume: boolean;
+  /** Running, its pid 1 starting again (state.ts `restarting`): requests wait until it is back. */
+  restarting: boolean;
 }
 
 export function sandboxInfo(s: SandboxState): SandboxInfo {
@@ -91,6 +93,7 @@ export function routeInfo(s: SandboxState): RouteInfo {
     allowPublicTraffic: s.spec.network?.allowPublicTraffic ?? true,
     maskRequestHost: s.spec.network?.maskRequestHost ?? null,
     autoResume: s.spec.lifecycle.autoResume,
+    restarting: restarting(s),
   };
 }
 

@@ -7,7 +7,9 @@
 // failure the agent retries is a Ready=False reason, never Failed. Condition reasons:
 //   Ready              Pending (not yet observed), RuntimeReady (runtime answers and is
 //                      initialised for this generation), RuntimeNotReady, Paused, Terminating,
-//                      IntentRejected, ReconcileError (the agent retries a failure), or the
+//                      IntentRejected, ReconcileError (the agent retries a failure),
+//                      Pid1Restarting (its pid 1 ended and it starts again: Running kept, the
+//                      gateway holds its requests until it is back: state.ts `restarting`), or the
 //                      agent's own reason (e.g. ImagePullFailed)
 //   RuntimeInitialized Pending (re-init with this claim's token and env vars sent), Succeeded
 //   SandboxPaused      Pending (pause sent), FreezePauseSucceed (cgroup-frozen, memory kept),

@@ -29,7 +29,7 @@ import { INDEX_WRITER_NAME } from "./sandbox-index-do.ts";
 import { dueAt, transition, visibleTo } from "./machine.ts";
 import type { Held } from "../quota/ledger.ts";
 import { held, QuotaLink } from "./quota-link.ts";
-import type { Access, Result, SandboxNote, SandboxSpec, SandboxState } from "./state.ts";
+import { restarting, type Access, type Result, type SandboxNote, type SandboxSpec, type SandboxState } from "./state.ts";
 import { notify, SlotCache, type Slot } from "./slot-cache.ts";
 import { openSandboxStore, type SandboxStore } from "./store.ts";
 import { opsCandidate, restoreNeeds, restoresSettled, upgradeOutcome, type OpsCandidate, type UpgradeOutcome, type UpgradeRequest } from "./upgrade.ts";
@@ -59,6 +59,10 @@ export interface CreateInput {
 
 /** Default bound on waiting for the agent (create, resume, wake). */
 export const DEFAULT_WAIT_MS = 10_000;
+
+/** Requests held at once for one sandbox while its pid 1 starts again (`restarted`); more are
+ * answered "retry" at once. */
+const MAX_HELD_PER_SANDBOX = 256;
 
 /** An intent ClusterDO did not take (or not yet) is sent again after this long. */
 const RETRY_MS = 2_000;
@@ -402,6 +406,20 @@ export class SandboxGroupDO extends DurableObject<Env> {
     const ready = await this.waitRunning(id, waitMs);
     if (!ready.ok) return ready;
     return { ok: true, route: routeInfo(ready.state), resumed: t.resumed === true };
+  }
+
+  /**
+   * Gateway: a request for a sandbox whose pid 1 is starting again (state.ts `restarting`) waits,
+   * bounded, until it is not: its route as it is then (ready again, or whatever it became
+   * meanwhile, which the gateway judges as any route), or a timeout the gateway answers as
+   * "retry". The sandbox itself is not touched.
+   */
+  async restarted(id: string, waitMs: number): Promise<Result<{ route: RouteInfo }>> {
+    // Anyone may send what the gateway holds (envd's /health, a signed URL): a bounded number wait.
+    const held = this.slots.find(id)?.waiters.size ?? 0;
+    const timedOut = { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" is starting again (its init process ended) and was not back within ${waitMs} ms` };
+    if (held >= MAX_HELD_PER_SANDBOX) return { ok: false, error: timedOut };
+    return this.waitSettled(id, waitMs, (s): Result<{ route: RouteInfo }> | null => (restarting(s) ? null : { ok: true, route: routeInfo(s) }), () => timedOut);
   }
 
   /** ClusterDO: agent observations of this group's sandboxes, in arrival order per sandbox. */

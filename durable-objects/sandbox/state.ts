@@ -5,7 +5,7 @@ import type { Endpoint, InplaceUpdate, PauseStrategy, TemplateSpec } from "../..
 import type { Refusal } from "../../schema/errors.ts";
 import type { SandboxNetworkConfig } from "../../schema/api/sandbox.ts";
 import type { Lifecycle } from "../../schema/api/hooks.ts";
-import { SandboxConditionType } from "../../schema/crd/conditions.ts";
+import { ReadyReason, SandboxConditionType } from "../../schema/crd/conditions.ts";
 
 export type Phase = "Pending" | "Running" | "Pausing" | "Paused" | "Resuming" | "Terminating" | "Failed";
 
@@ -174,6 +174,18 @@ export function visibleState(phase: Phase): VisibleState {
     default:
       return assertNever(phase);
   }
+}
+
+/**
+ * Whether the sandbox runs but its pid 1 is starting again (the agent's Ready reason
+ * Pid1Restarting, told with a Pending report and kept by machine.ts `retrying`): its runtime has no sandbox
+ * by that id until a report says it is ready (`becomeRunning`), so the gateway holds its requests
+ * meanwhile. E2B's state says running all along, as the sandbox (files, timers) is kept.
+ */
+export function restarting(s: SandboxState): boolean {
+  if (s.phase !== "Running") return false;
+  const ready = s.conditions.find((c) => c.type === "Ready");
+  return ready?.status === "False" && ready.reason === ReadyReason.Pid1Restarting;
 }
 
 export type Ok<T> = { ok: true } & T;

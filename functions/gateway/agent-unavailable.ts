@@ -1,6 +1,7 @@
 // The gateway's answer while a sandbox's cluster agent is not connected (restarting, or its
-// ingress unreachable). The sandbox is alive as far as the edge knows, so the answer must read as
-// "retry", never as the sandbox's death. Each shape is what the e2b SDKs make of it:
+// ingress unreachable), and for a sandbox whose pid 1 is starting again past the gateway's hold.
+// The sandbox is alive as far as the edge knows, so the answer must read as "retry", never as the
+// sandbox's death. Each shape is what the e2b SDKs make of it:
 // - A Connect server stream (commands.run, watchDir): a 200 stream whose one end-stream message
 //   is the error `aborted`. A non-200 answer reaches the SDK as a bare "HTTP 503" with code
 //   `unavailable`, and commands.run turns `unavailable` into "Sandbox is probably not running
@@ -20,15 +21,28 @@ export function agentUnavailableMessage(sandboxId: string): string {
 
 /** The end-stream envelope of a Connect stream cut or refused because the agent is away. */
 export function agentUnavailableEnd(sandboxId: string): Uint8Array {
-  return envelope(END_STREAM, new TextEncoder().encode(JSON.stringify({ error: { code: "aborted", message: agentUnavailableMessage(sandboxId) } })));
+  return endStreamError(agentUnavailableMessage(sandboxId));
+}
+
+function endStreamError(message: string): Uint8Array {
+  return envelope(END_STREAM, new TextEncoder().encode(JSON.stringify({ error: { code: "aborted", message } })));
 }
 
 export function agentUnavailable(req: Request, sandboxId: string): Response {
-  const message = agentUnavailableMessage(sandboxId);
+  return retryLater(req, sandboxId, agentUnavailableMessage(sandboxId));
+}
+
+/** The answer for a sandbox whose pid 1 is starting again and was not back within the gateway's
+ * hold (gateway.ts): the same "retry" shapes, as the sandbox is not gone either. */
+export function sandboxRestarting(req: Request, sandboxId: string, waitedMs: number): Response {
+  return retryLater(req, sandboxId, `Sandbox ${sandboxId} is starting again: its init process (pid 1) ended, so it restarts with its files kept and its processes gone, and it was not back within ${Math.round(waitedMs / 1000)} s. Retry in a few seconds.`);
+}
+
+function retryLater(req: Request, sandboxId: string, message: string): Response {
   const headers = { "access-control-allow-origin": "*", "retry-after": RETRY_AFTER_S };
   const contentType = req.headers.get("content-type");
   if (isConnectStream(contentType)) {
-    return new Response(agentUnavailableEnd(sandboxId), { status: 200, headers: { ...headers, "content-type": contentType! } });
+    return new Response(endStreamError(message), { status: 200, headers: { ...headers, "content-type": contentType! } });
   }
   if (req.headers.has("connect-protocol-version")) {
     return Response.json({ code: "aborted", message }, { status: 409, headers });

@@ -1,8 +1,9 @@
 // The data-plane gateway: every request for a sandbox (by header or by host) goes through here to
 // the sandbox's cluster ingress. It checks the caller's token against the sandbox's group object, wakes a paused
 // sandbox whose lifecycle says so (only for a request that carried its token, or needed none: not for
-// envd's /health or a signed /files URL, which anyone can send), signs the request for the ingress,
-// and streams both ways without buffering.
+// envd's /health or a signed /files URL, which anyone can send), holds a request for a sandbox whose
+// pid 1 is starting again until it is back, signs the request for the ingress, and streams both
+// ways without buffering.
 import type { Context, MiddlewareHandler } from "hono";
 import { fileSignatureRefusal } from "../../schema/envd/file-signature.ts";
 import { ErrorCode } from "../../schema/errors.ts";
@@ -10,7 +11,7 @@ import { isUnnamedSignedFileRequest, MASK_HOST_HEADER, REQUEST_ID_HEADER, SIGNAT
 import { sandboxGroupStub, sandboxHandle } from "../../durable-objects/sandbox/stub.ts";
 import type { RouteInfo } from "../../durable-objects/sandbox/info.ts";
 import type { AppEnv, Env } from "../env.ts";
-import { agentUnavailable, agentUnavailableEnd } from "./agent-unavailable.ts";
+import { agentUnavailable, agentUnavailableEnd, sandboxRestarting } from "./agent-unavailable.ts";
 import { guardConnectStream, isConnectStream } from "./connect-guard.ts";
 import { forgetIngress, ingressUrl, signingKey } from "./ingress-client.ts";
 import { ENVD_PORT, gatewayTarget, type GatewayTarget } from "./target.ts";
@@ -20,6 +21,9 @@ import { traceGateway } from "./gateway-tracing.ts";
 
 /** Bound on holding a request while its sandbox wakes. */
 const WAKE_WAIT_MS = 15_000;
+/** Bound on holding a request while its sandbox's pid 1 starts again (the local driver's restart
+ * backoff grows to 60 s; its first wait is 1 s): then "retry". */
+const RESTART_WAIT_MS = 15_000;
 
 const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
   Response.json(body, { status, headers: { "access-control-allow-origin": "*", ...headers } });
@@ -164,6 +168,13 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
     // E2B's proxy refuses it, with 403.
     if (target.port !== ENVD_PORT) return json(403, { code: 403, message: `sandbox ${target.sandboxId} port ${target.port} needs a valid e2b-traffic-access-token header (allowPublicTraffic is false)` });
     return json(401, { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" });
+  }
+  if (route.restarting) {
+    // Its runtime has no sandbox by that id until it is back, and the runtime's 502 would read to
+    // the SDK as a killed sandbox: held until it is (what it is then is judged as any route).
+    const back = await sandboxGroupStub(c.env, target.sandboxId).restarted(target.sandboxId, RESTART_WAIT_MS);
+    if (!back.ok) return back.error.code === ErrorCode.placementTimeout ? sandboxRestarting(req, target.sandboxId, RESTART_WAIT_MS) : notFound(target.sandboxId);
+    route = back.route;
   }
   if (route.state === "paused" || route.phase !== "Running") {
     // A request that proved nothing gets what a sandbox without auto-resume answers.

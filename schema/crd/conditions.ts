@@ -85,6 +85,12 @@ export const ReadyReason = {
   /** A change of the sandbox failed and the agent retries it with backoff (message: the error);
    * it is not Failed. Replaced by the pod's own reason once a pass succeeds. */
   ReconcileError: "ReconcileError",
+  /** The local driver: the sandbox's init process (pid 1) ended and the sandbox starts again
+   * (files kept, processes gone), at once or after a backoff when it ended soon after its last
+   * restart. The edge shows it not ready (its phase stays Running) and its gateway holds requests
+   * for it until it is back (a bounded wait, then "retry"), instead of forwarding them to a
+   * runtime that has no sandbox by that id meanwhile. */
+  Pid1Restarting: "Pid1Restarting",
   /** The desired sandbox cannot be made as asked (e.g. a team name that is no namespace name); final. */
   InvalidSpec: "InvalidSpec",
   /** The sandbox is governed (egress rules, a TrafficPolicy or SecurityProfile selects it, or its

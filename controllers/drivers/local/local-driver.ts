@@ -19,7 +19,7 @@ import {
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
 import { alive, discoverHolder, seccompMode, signalSandbox, startHolder, StatHandle } from "./holder.ts";
-import { restartWait, started as holderStarted, type RestartState } from "./restart-backoff.ts";
+import { restarting, restartWait, started as holderStarted, type RestartState } from "./restart-backoff.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
 import { parseIp, privateRange } from "../../../schema/egress/address.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
@@ -538,7 +538,7 @@ export class LocalDriver implements Driver {
         // The agent's next pass for it comes when the wait ends (retryAfterMs): a pass per 250 ms
         // for up to a minute would write its record and look for its holder each time.
         const wait = this.#restartWait(d.id);
-        if (wait) return { ...obs, phase: "Pending", message: RESTARTING, retryAfterMs: wait };
+        if (wait) return restarting(obs, RESTARTING, wait);
         await this.#endProcesses(rec);
       }
       rec = await this.#start(this.#record(d.id) ?? rec, created);
@@ -1009,7 +1009,7 @@ export class LocalDriver implements Driver {
     // A pid 1 that ended is started again by the sandbox's next `ensure` (a reboot), so it is not
     // Failed: the edge keeps a sandbox it once heard of as Failed so for good (an agent's
     // inventory after a reconnect asks here).
-    return obs.phase === "Failed" && rec.nsInit ? { ...obs, phase: "Pending", message: RESTARTING } : obs;
+    return obs.phase === "Failed" && rec.nsInit ? restarting(obs, RESTARTING) : obs;
   }
 
   /** A template build step's network, like a sandbox's (builder/step-net.ts); undefined where

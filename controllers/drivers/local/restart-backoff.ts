@@ -3,8 +3,12 @@
  * inside ends pid 1 with an everyday command (`pkill sleep`, `kill -9 -1`: bwrap's init exits with
  * its first child), so the sandbox is rebooted, as Kubernetes restarts a dead container: files
  * kept, processes gone. One ended soon after its last start waits first, so a tenant killing it in
- * a loop costs the host a start per RESTART_MAX_MS rather than a busy loop.
+ * a loop costs the host a start per RESTART_MAX_MS rather than a busy loop. Until it runs again it
+ * reports `restarting` (below).
  */
+import type { SandboxObservation } from "../driver.ts";
+import type { ObservedCondition } from "../../../schema/protocol/observation.ts";
+import { ReadyReason, SandboxConditionType } from "../../../schema/crd/conditions.ts";
 
 /** A restart within this long of the last start, when that start was itself a restart, waits
  * (RESTART_FIRST_MS, then doubling). Any other start (a create, a Stop pause's resume, a recreate)
@@ -52,4 +56,17 @@ export function restartWait(s: RestartState | undefined, now: number): { wait: n
     return { wait, next: { ...s, delay: wait, notBefore: now + wait } };
   }
   return { wait: 0, next: { startedAt: now, delay, count: s.count + 1, restarting: true } };
+}
+
+/**
+ * What a sandbox whose pid 1 ended reports until it runs again: Pending, not ready, with a Ready
+ * condition False of reason `Pid1Restarting` (the reconciler passes a host-view driver's
+ * conditions on, not its `reason`). The edge keeps its phase and shows it not ready by that
+ * reason, and its gateway holds the sandbox's requests until a report says it is ready again:
+ * the runtime has no sandbox by that id meanwhile, and its 502 reads to the SDK as a sandbox that
+ * was killed (docs/ARCHITECTURE.md, the root-in-a-sandbox row).
+ */
+export function restarting(obs: SandboxObservation, message: string, retryAfterMs?: number): SandboxObservation {
+  const ready: ObservedCondition = { type: SandboxConditionType.Ready, status: "False", reason: ReadyReason.Pid1Restarting, message };
+  return { ...obs, phase: "Pending", message, conditions: [ready, ...(obs.conditions ?? [])], ...(retryAfterMs ? { retryAfterMs } : {}) };
 }

@@ -242,6 +242,7 @@ describe("gateway RPCs", () => {
         allowPublicTraffic: false,
         maskRequestHost: null,
         autoResume: false,
+        restarting: false,
       },
     });
     await expectStatus(call(`/sandboxes/${sbx.sandboxID}`, { key: team.key, method: "DELETE" }), 204);

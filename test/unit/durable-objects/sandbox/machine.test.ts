@@ -2,9 +2,9 @@
 import { describe, expect, it } from "vitest";
 import { dueAt, PURGE_GRACE_MS, TIMEOUT_PAUSE_DEFER_MS, transition, visibleTo } from "../../../../durable-objects/sandbox/machine.ts";
 import type { SandboxEvent } from "../../../../durable-objects/sandbox/events.ts";
-import type { SandboxSpec, SandboxState } from "../../../../durable-objects/sandbox/state.ts";
+import { restarting, type SandboxSpec, type SandboxState } from "../../../../durable-objects/sandbox/state.ts";
 import type { Observation } from "../../../../schema/protocol/index.ts";
-import { indexRow } from "../../../../durable-objects/sandbox/info.ts";
+import { indexRow, routeInfo, sandboxInfo } from "../../../../durable-objects/sandbox/info.ts";
 import { TOMBSTONE_PHASE } from "../../../../durable-objects/store/sandbox-index.ts";
 
 const T0 = 1_800_000_000_000;
@@ -187,6 +187,39 @@ describe("sandbox machine", () => {
     expect(stuck.phase).toBe("Pausing");
     expect(stuck.conditions).toContainEqual(expect.objectContaining({ type: "Ready", reason: "ReconcileError" }));
     expect(transition(stuck, obs("Paused", 3), T0 + 2 * S).state).toMatchObject({ phase: "Paused", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "False", reason: "Paused" })]) });
+  });
+
+  it("a sandbox whose pid 1 starts again (the agent's Pending with Ready=False Pid1Restarting) is shown not ready, its requests held, still running to E2B; ready again once reported so", () => {
+    const running = transition(at("Running"), obs("Running", 2), T0).state!;
+    expect(restarting(running)).toBe(false);
+    const message = "its init process (pid 1) ended: the sandbox starts again, its files kept and its processes gone";
+    const restart = (conditions: Observation["conditions"]): SandboxEvent => {
+      const e = obs("Pending", 2, false) as { obs: Observation };
+      return { type: "observe", obs: { ...e.obs, message, conditions } };
+    };
+    const told = restart([{ type: "Ready", status: "False", reason: "Pid1Restarting", message }]);
+    const t = transition(running, told, T0 + S);
+    const down = t.state!;
+    expect(down.phase).toBe("Running");
+    expect(down.conditions).toContainEqual({ type: "Ready", status: "False", reason: "Pid1Restarting", message, lastTransitionTime: T0 + S });
+    expect(restarting(down)).toBe(true);
+    expect(routeInfo(down)).toMatchObject({ phase: "Running", state: "running", restarting: true });
+    // What list and get show is unchanged: no index write.
+    expect(t.effects).toEqual([]);
+    expect(sandboxInfo(down).state).toBe("running");
+    // Told again (a reconnect's inventory): the very same state, no write.
+    expect(transition(down, told, T0 + 2 * S).state).toBe(down);
+    // Back: the next report is Running and ready.
+    const up = transition(down, obs("Running", 2), T0 + 3 * S).state!;
+    expect(up.conditions).toContainEqual(expect.objectContaining({ type: "Ready", status: "True", reason: "RuntimeReady" }));
+    expect(routeInfo(up).restarting).toBe(false);
+
+    // Only that reason holds requests: any other not-ready reason of a running sandbox does not.
+    const retried = transition(running, restart([{ type: "Ready", status: "False", reason: "ReconcileError", message: "x" }]), T0 + S).state!;
+    expect(routeInfo(retried).restarting).toBe(false);
+    // A sandbox not yet running (create) or pausing meanwhile is answered as such, not held.
+    expect(restarting(transition(at("Pending"), told, T0 + S).state!)).toBe(false);
+    expect(restarting(transition(down, { type: "pause" }, T0 + 2 * S).state!)).toBe(false);
   });
 
   it("a snapshot is the next generation with the same desired state, only while running or paused; its ack (taken or not) never fails the sandbox", () => {

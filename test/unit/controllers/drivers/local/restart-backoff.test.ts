@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { RESTART_MAX_MS, RESTART_RESET_MS, restartWait, started } from "../../../../../controllers/drivers/local/restart-backoff.ts";
+import { RESTART_MAX_MS, RESTART_RESET_MS, restarting, restartWait, started } from "../../../../../controllers/drivers/local/restart-backoff.ts";
+import type { SandboxObservation } from "../../../../../controllers/drivers/driver.ts";
 
 /** A pid 1 killed `up` ms after each start, `n` times: the waits before each restart. */
 function waits(n: number, up: number): number[] {
@@ -56,5 +57,14 @@ describe("restarts of a sandbox whose pid 1 ended", () => {
     expect(first.wait).toBe(1000);
     expect(restartWait(first.next, 600)).toMatchObject({ wait: 500, next: first.next });
     expect(restartWait(first.next, 1100)).toMatchObject({ wait: 0, next: { count: 2, startedAt: 1100 } });
+  });
+
+  it("until it runs again it reports Pending with a Ready condition False, reason Pid1Restarting (what the edge shows and its gateway holds requests on), its own conditions kept", () => {
+    const enforced = { cpu: true, memory: true, pids: true, network: true };
+    const failed: SandboxObservation = { id: "x", generation: 3, phase: "Failed", level: "bwrap+cgroup", createdAt: "2026-01-01T00:00:00.000Z", enforced, message: "the sandbox's holder process is gone", conditions: [{ type: "SeccompFiltered", status: "False", reason: "UnfilteredHolder" }] };
+    const ready = { type: "Ready", status: "False", reason: "Pid1Restarting", message: "restarting" };
+    expect(restarting(failed, "restarting", 2000)).toEqual({ ...failed, phase: "Pending", message: "restarting", retryAfterMs: 2000, conditions: [ready, ...failed.conditions!] });
+    const { conditions: _c, ...bare } = failed;
+    expect(restarting(bare, "restarting")).toEqual({ ...bare, phase: "Pending", message: "restarting", conditions: [ready] });
   });
 });

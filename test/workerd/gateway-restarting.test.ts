@@ -1,0 +1,79 @@
+// A sandbox whose pid 1 ended and starts again (the local driver reports it Pending with a Ready
+// condition False, reason Pid1Restarting): the edge shows it not ready in the admin API, E2B's
+// detail and list still say running, and the gateway holds its requests until a report says it
+// is ready, instead of forwarding them to a runtime that has no sandbox by that id (whose 502 the
+// SDK reads as a killed sandbox). The scripted agent has no ingress: a request let through to the
+// forward ends in the gateway's agent-unavailable 503, whose message tells it from the restart's.
+import { env, exports } from "cloudflare:workers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
+import type { ObservationInput } from "../../schema/protocol/index.ts";
+import type { ScriptedAgent } from "../support/scripted-agent.ts";
+import { waitFor } from "../support/wait-for.ts";
+import { call, createTeam, expectStatus, startAgent, unique, type TestTeam } from "./helpers.ts";
+
+let team: TestTeam;
+let agent: ScriptedAgent;
+
+beforeAll(async () => {
+  team = await createTeam(unique("restart"));
+  agent = await startAgent(team.cluster);
+});
+afterAll(() => agent.disconnect());
+
+const MESSAGE = "its init process (pid 1) ended: the sandbox starts again, its files kept and its processes gone";
+const gw = (id: string, path: string, headers: Record<string, string> = {}) => exports.default.fetch(`http://edge.test${path}`, { headers: { "e2b-sandbox-id": id, ...headers } });
+const ready = async (id: string) => ((await expectStatus(call(`/admin/sandboxes/${id}`), 200)).conditions as { type: string; status: string; reason: string }[]).find((c) => c.type === "Ready");
+
+function report(id: string, restarting: boolean): void {
+  const obs: ObservationInput = restarting
+    ? { sandboxId: id, generation: agent.sandboxes.get(id)!.generation, phase: "Pending", ready: false, endpoint: null, message: MESSAGE, observedAt: Date.now(), conditions: [{ type: "Ready", status: "False", reason: "Pid1Restarting", message: MESSAGE }] }
+    : { sandboxId: id, generation: agent.sandboxes.get(id)!.generation, phase: "Running", ready: true, endpoint: { runtime: `http://${id}.scripted.invalid:49983` }, observedAt: Date.now() };
+  agent.report(obs);
+}
+
+async function restartingSandbox(): Promise<{ id: string; token: string }> {
+  const sbx = await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600, secure: true } }), 201);
+  report(sbx.sandboxID, true);
+  await waitFor(async () => (await ready(sbx.sandboxID))?.reason === "Pid1Restarting", { what: "Ready False Pid1Restarting in the admin API" });
+  return { id: sbx.sandboxID, token: sbx.envdAccessToken };
+}
+
+describe("a sandbox whose pid 1 starts again", () => {
+  it("is not ready in the admin API, running in E2B's detail and list, and its requests wait until it is back, then go on", async () => {
+    const { id, token } = await restartingSandbox();
+    expect(await ready(id)).toMatchObject({ status: "False", reason: "Pid1Restarting", message: MESSAGE });
+    expect(await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).toMatchObject({ sandboxID: id, state: "running" });
+    const listed = (await expectStatus(call("/v2/sandboxes", { key: team.key }), 200)) as { sandboxID: string; state: string }[];
+    expect(listed.find((s) => s.sandboxID === id)?.state).toBe("running");
+
+    // envd's /health (what isRunning() sends, which anyone may) and a command with its token.
+    const answers: Record<string, Response | undefined> = {};
+    const held = [
+      gw(id, "/health").then((r) => (answers.health = r)),
+      gw(id, "/files?path=/x", { "x-access-token": token }).then((r) => (answers.files = r)),
+    ];
+    // Not answered while it restarts (the hold's bound is 15 s).
+    await new Promise((r) => setTimeout(r, 500));
+    expect(Object.keys(answers)).toEqual([]);
+    report(id, false);
+    await Promise.all(held);
+    for (const res of [answers.health!, answers.files!]) {
+      // Forwarded once back (here: the scripted cluster's missing ingress), not E2B's 502.
+      expect(res.status).toBe(503);
+      expect((await res.json()) as { message: string }).toMatchObject({ message: expect.stringContaining("agent") });
+    }
+    expect(await ready(id)).toMatchObject({ status: "True" });
+  });
+
+  it("a request not back within the hold's bound is told to retry (the group's wait times out); one for a sandbox killed meanwhile is E2B's 502", async () => {
+    const { id } = await restartingSandbox();
+    const waited = await sandboxGroupStub(env, id).restarted(id, 100);
+    expect(waited).toMatchObject({ ok: false, error: { code: "sandbox_placement_timeout", message: expect.stringContaining("starting again") } });
+
+    const res = gw(id, "/health");
+    await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
+    const gone = await res;
+    expect({ status: gone.status, body: await gone.json() }).toEqual({ status: 502, body: { sandboxId: id, message: "The sandbox was not found", code: 502 } });
+  });
+});
