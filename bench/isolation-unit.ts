@@ -69,8 +69,8 @@ export interface IsolationRound {
 }
 
 /** The bare process: CommonJS through `node -e`, Node's modules only (no TypeScript loader in its
- * page tables, which a fork copies). Reads a sandbox count per line on stdin, makes and destroys
- * that many sandboxes one at a time, answers one JSON line: its own CPU per sandbox (total and by
+ * page tables, which a fork copies). Reads "<count> <in flight>" per line on stdin, makes and
+ * destroys that many sandboxes (one at a time with 1 in flight), answers one JSON line: its own CPU per sandbox (total and by
  * step), what it did that the floor does not count (cleanup of the identity files, a child's
  * `rm` today) taken off. */
 const BARE = String.raw`
@@ -129,12 +129,14 @@ async function cycle(steps, off) {
 }
 const lines = require("node:readline").createInterface({ input: process.stdin });
 lines.on("line", async (line) => {
-  const n = Number(line);
+  const [n, inFlight] = line.split(" ").map(Number);
   const steps = {};
   const off = { ms: 0 };
   try {
     const a = cpu();
-    for (let i = 0; i < n; i++) await cycle(steps, off);
+    // inFlight > 1: that many sandboxes made and destroyed side by side (by step, the laps of
+    // interleaved cycles mix: only the total reads right then).
+    for (let i = 0; i < n; i += inFlight) await Promise.all(Array.from({ length: Math.min(inFlight, n - i) }, () => cycle(steps, off)));
     const total = cpu() - a - off.ms;
     for (const k of Object.keys(steps)) steps[k] /= n;
     // Its size, which a fork's page-table copy scales with (after the round: not counted).
@@ -190,9 +192,10 @@ export class IsolationUnit {
     return new IsolationUnit(layout, dir, child);
   }
 
-  /** `n` sandboxes made and destroyed one at a time: the bare process's CPU per sandbox (ms). */
-  async round(n: number): Promise<IsolationRound> {
-    this.#child.stdin!.write(`${n}\n`);
+  /** `n` sandboxes made and destroyed one at a time (`inFlight` > 1: that many side by side): the
+   * bare process's CPU per sandbox (ms). */
+  async round(n: number, inFlight = 1): Promise<IsolationRound> {
+    this.#child.stdin!.write(`${n} ${inFlight}\n`);
     const next = await this.#answers.next();
     if (next.done) throw new Error("isolation unit: the bare process ended");
     const a = JSON.parse(next.value) as IsolationRound & { error?: string };
@@ -210,10 +213,15 @@ export class IsolationUnit {
   }
 }
 
+// node bench/isolation-unit.ts [rounds] [parent dir] [in flight, interleaved with 1 when > 1]
 if (import.meta.main) {
   const unit = IsolationUnit.start(process.argv[3] ?? "/tmp");
+  const inFlight = Number(process.argv[4] ?? 1);
   try {
-    for (let r = 0; r < Number(process.argv[2] ?? 5); r++) console.log(JSON.stringify(await unit.round(30)));
+    for (let r = 0; r < Number(process.argv[2] ?? 5); r++) {
+      console.log(JSON.stringify({ inFlight: 1, ...(await unit.round(30)) }));
+      if (inFlight > 1) console.log(JSON.stringify({ inFlight, total: (await unit.round(30, inFlight)).total }));
+    }
   } finally {
     await unit.stop();
   }
