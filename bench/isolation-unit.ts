@@ -70,9 +70,9 @@ export interface IsolationRound {
 
 /** The bare process: CommonJS through `node -e`, Node's modules only (no TypeScript loader in its
  * page tables, which a fork copies). Reads "<count> <in flight>" per line on stdin, makes and
- * destroys that many sandboxes (one at a time with 1 in flight), answers one JSON line: its own CPU per sandbox (total and by
- * step), what it did that the floor does not count (cleanup of the identity files, a child's
- * `rm` today) taken off. */
+ * destroys that many sandboxes (one at a time with 1 in flight) and answers one JSON line: its
+ * own CPU per sandbox (total and by step), what it did that the floor does not count (removing
+ * the identity file, a child's `rm` today) taken off. */
 const BARE = String.raw`
 const fs = require("node:fs");
 const { spawn } = require("node:child_process");
