@@ -30,6 +30,12 @@
 //                                    lower bound of a cycle's server CPU, every item counted (one
 //                                    cycle at a time shares nothing); e2e_steps.cycle_server_vs_floor_ratio:
 //                                    the cycle_cpu_ms parts' sum over it
+//   e2e_steps.cycle_server_floor_with_isolation_cpu_ms  at bwrap+cgroup: the same with the
+//                                    isolation's own-process work per sandbox made and destroyed
+//                                    (bench/isolation-unit.ts; e2e_steps.isolation_floor_cpu_ms_each);
+//                                    e2e_steps.cycle_server_vs_floor_with_isolation_ratio, and
+//                                    e2e_steps.cycle_server_minus_floor_with_isolation_cpu_ms.<edge|
+//                                    agent_spawner|sqld>: each process's cycle CPU minus its share
 // <part>: edge (workerd), agent, spawner, sqld; CPU of all their threads (schedstat, ns). Each step
 // runs STEPS times in a row and waits until the pool is whole again; ROUNDS rounds alternate the
 // steps; the median of the rounds, with their spread. Sequential on purpose: at 20 clients the
@@ -55,7 +61,7 @@ import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
-import { composedFloors, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
+import { composedFloors, floorByProcess, hasIsolation, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
 
 const WARM = 20;
 const STEPS = Number(process.env.E2E_STEPS_STEPS ?? 30);
@@ -225,6 +231,16 @@ export async function run(): Promise<Figures> {
     const cycleFloor = composedFloors(floorRounds, false);
     figures["e2e_steps.cycle_server_floor_cpu_ms"] = { value: round(median(cycleFloor), 2), unit: "ms", spread: minMax(cycleFloor) };
     figures["e2e_steps.cycle_server_vs_floor_ratio"] = { value: round(cycle / median(cycleFloor), 2), unit: "ratio", spread: minMax(cycleFloor.map((f) => cycle / f)) };
+    // With the isolation's own-process work (bench/isolation-unit.ts; at bwrap+cgroup only).
+    if (hasIsolation(floorRounds)) {
+      const withIsolation = composedFloors(floorRounds, false, true);
+      figures["e2e_steps.cycle_server_floor_with_isolation_cpu_ms"] = { value: round(median(withIsolation), 2), unit: "ms", spread: minMax(withIsolation) };
+      figures["e2e_steps.cycle_server_vs_floor_with_isolation_ratio"] = { value: round(cycle / median(withIsolation), 2), unit: "ratio", spread: minMax(withIsolation.map((f) => cycle / f)) };
+      const by = floorByProcess(floorRounds, { concurrent: false, withIsolation: true });
+      const ours = (k: keyof typeof parts) => (cycleEnd[k] - cycleStart[k] - (floorsCpu[k] ?? 0)) / STEPS / ROUNDS;
+      const gap = { edge: ours("edge") - by.edge, agent_spawner: ours("agent") + ours("spawner") - by.agentSpawner, sqld: ours("sqld") - by.sqld };
+      for (const [k, v] of Object.entries(gap)) figures[`e2e_steps.cycle_server_minus_floor_with_isolation_cpu_ms.${k}`] = { value: round(v, 2), unit: "ms" };
+    }
   } finally {
     await floors?.stop();
     await sys.stop();

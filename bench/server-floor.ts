@@ -18,20 +18,32 @@
 //   cmd      the agent's and its spawner's floor per command (bench/agent-cmd-floor.ts: a bare
 //            node:http server starting the same command in a sandbox at the same level through the
 //            same spawner), .server and .spawner
+//   isolation  the kernel work of one sandbox made and destroyed that the agent and spawner do in
+//            their own processes (bench/isolation-unit.ts: a bare Node process doing it directly;
+//            what it counts and leaves out is argued there), composed apart: the floor is given
+//            without it (as before) and with it (composeServerFloor's `withIsolation`)
 import { createClient, type Client } from "@libsql/client/web";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
 import type { IsolationLevel } from "../controllers/drivers/driver.ts";
 import { ScriptedAgent, tcpTransport } from "../test/support/scripted-agent.ts";
 import { CmdFloor } from "./agent-cmd-floor.ts";
+import { IsolationUnit } from "./isolation-unit.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, threadsCpuMs } from "./stats.ts";
 
-/** One round's unit floors, ms of CPU per unit. `cmdServer`/`cmdSpawner` NaN without a cmd floor. */
+/** One round's unit floors, ms of CPU per unit. `cmdServer`/`cmdSpawner` NaN without a cmd floor,
+ * `isolation` NaN without an isolation unit (`isolationSteps` its share by step). */
 export interface UnitFloors {
   request: number;
   sqld: number;
   frame: number;
   cmdServer: number;
   cmdSpawner: number;
+  isolation: number;
+  isolationSteps: Record<string, number>;
+  /** The isolation unit's bare process's resident size (KiB; NaN without one). */
+  isolationRssKB: number;
 }
 
 /** What a cycle costs at least by this estimate, by item: `count` units of `unit` each. `coalescable`: work
@@ -42,7 +54,7 @@ export interface UnitFloors {
 export interface FloorItem {
   what: string;
   /** `invocation`: the cheaper of the request and frame floors (a workerd event of another kind). */
-  unit: "request" | "frame" | "invocation" | "sqld" | "cmd";
+  unit: "request" | "frame" | "invocation" | "sqld" | "cmd" | "isolation";
   count: number;
   coalescable: boolean;
 }
@@ -69,17 +81,26 @@ export const CYCLE_FLOOR: readonly FloorItem[] = [
   { what: "agent-link frames in (the refill's ready report)", unit: "frame", count: 1, coalescable: true },
   // The sandbox's index row (GET /sandboxes lists it) at create, and its tombstone at kill.
   { what: "libSQL requests (index row, tombstone)", unit: "sqld", count: 2, coalescable: true },
-  // The command in the agent and its spawner. The claim's and kill's work in the agent, and
-  // making and destroying the sandbox's isolation (mounts, namespaces, cgroups: mostly the tools'
-  // CPU, which the server figure leaves out as the spawner's children's), count 0: unmeasured, so
-  // the estimate errs low.
+  // The command in the agent and its spawner. The claim's and kill's work in the agent counts 0:
+  // unmeasured, so the estimate errs low. Making and destroying the sandbox's isolation is
+  // ISOLATION_ITEM's, composed apart (the tools' CPU stays out: the spawner's children's).
   { what: "the command in the agent and its spawner", unit: "cmd", count: 1, coalescable: false },
 ];
 
+// Making and destroying the sandbox's isolation, in the agent's and spawner's own processes: one
+// sandbox made (the refill) and one destroyed (the kill) per cycle, each its own kernel objects
+// (cgroups, a holder, a record), so nothing concurrent cycles could share. Kept out of CYCLE_FLOOR
+// so the floor without it stays the figure it was (e2e.server_floor_cpu_ms_each).
+export const ISOLATION_ITEM: FloorItem = { what: "the sandbox's isolation made and destroyed (agent + spawner, own processes)", unit: "isolation", count: 1, coalescable: false };
+
+function floorItems(withIsolation = false): readonly FloorItem[] {
+  return withIsolation ? [...CYCLE_FLOOR, ISOLATION_ITEM] : CYCLE_FLOOR;
+}
+
 /** The composed floor (ms per cycle) and each item's share. `concurrent`: the cycles run side by
  * side (the e2e window's 20 clients), so coalescable items count 0. */
-export function composeServerFloor(f: UnitFloors, opts: { concurrent: boolean }, items: readonly FloorItem[] = CYCLE_FLOOR): { total: number; parts: { what: string; ms: number }[] } {
-  const value = { request: f.request, frame: f.frame, invocation: Math.min(f.request, f.frame), sqld: f.sqld, cmd: f.cmdServer + f.cmdSpawner };
+export function composeServerFloor(f: UnitFloors, opts: { concurrent: boolean; withIsolation?: boolean }, items: readonly FloorItem[] = floorItems(opts.withIsolation)): { total: number; parts: { what: string; ms: number }[] } {
+  const value = { request: f.request, frame: f.frame, invocation: Math.min(f.request, f.frame), sqld: f.sqld, cmd: f.cmdServer + f.cmdSpawner, isolation: f.isolation };
   const parts = items.map((it) => ({ what: it.what, ms: it.coalescable && opts.concurrent ? 0 : it.count * value[it.unit] }));
   for (const p of parts) if (!Number.isFinite(p.ms) || p.ms < 0) throw new Error(`server floor: ${p.what}: no measured floor (${p.ms})`);
   return { total: parts.reduce((a, p) => a + p.ms, 0), parts };
@@ -93,25 +114,47 @@ export class UnitFloorRounds {
   readonly #frames: ScriptedAgent;
   readonly #db: Client;
   readonly #cmd: CmdFloor | undefined;
-  private constructor(sys: Target, frames: ScriptedAgent, db: Client, cmd: CmdFloor | undefined) {
+  readonly #isolation: IsolationUnit | undefined;
+  private constructor(sys: Target, frames: ScriptedAgent, db: Client, cmd: CmdFloor | undefined, isolation: IsolationUnit | undefined) {
     this.#sys = sys;
     this.#frames = frames;
     this.#db = db;
     this.#cmd = cmd;
+    this.#isolation = isolation;
   }
 
-  /** `cmd`: where and at which level the command floor makes its sandbox (none: no cmd floor). */
+  /** `cmd`: where and at which level the command floor makes its sandbox (none: no cmd floor); at
+   * `bwrap+cgroup` the isolation unit's sandboxes go beside it (elsewhere: no isolation unit, its
+   * figures left out). An isolation unit that cannot start (no cgroups, not root) is said and left
+   * out, not the other floors. */
   static async start(sys: { apiUrl: string; clusterToken: string; sqldUrl: string; edgePid: number; sqldPid: number }, cmd?: { dataDir: string; level: IsolationLevel }): Promise<UnitFloorRounds> {
-    const cmdFloor = cmd ? await CmdFloor.start(cmd.dataDir, cmd.level) : undefined;
+    let isolation: IsolationUnit | undefined;
+    if (cmd?.level === "bwrap+cgroup") {
+      try {
+        // Beside the command floor's data directory, not in it (that one is its driver's).
+        mkdirSync(dirname(cmd.dataDir), { recursive: true });
+        isolation = IsolationUnit.start(dirname(cmd.dataDir));
+      } catch (err) {
+        console.error(`server floor: no isolation unit: ${(err as Error).message}`);
+      }
+    }
+    let cmdFloor: CmdFloor | undefined;
+    try {
+      cmdFloor = cmd ? await CmdFloor.start(cmd.dataDir, cmd.level) : undefined;
+    } catch (err) {
+      await isolation?.stop();
+      throw err;
+    }
     // Its own cluster, so the agent's session is left alone.
     const frames = new ScriptedAgent({ agentId: "frame-floor", ping: false });
     try {
       await frames.connect(tcpTransport(sys.apiUrl, sys.clusterToken, "frame-floor"));
     } catch (err) {
       await cmdFloor?.stop(); // its sandbox (a cgroup, a mounted disk image) goes with it
+      await isolation?.stop();
       throw err;
     }
-    return new UnitFloorRounds({ apiUrl: sys.apiUrl, edgePid: sys.edgePid, sqldPid: sys.sqldPid }, frames, createClient({ url: sys.sqldUrl }), cmdFloor);
+    return new UnitFloorRounds({ apiUrl: sys.apiUrl, edgePid: sys.edgePid, sqldPid: sys.sqldPid }, frames, createClient({ url: sys.sqldUrl }), cmdFloor, isolation);
   }
 
   /** One round: each floor over `n` units one at a time. */
@@ -131,13 +174,15 @@ export class UnitFloorRounds {
     }
     const frame = (threadsCpuMs(edgePid) - w) / n;
     const c = this.#cmd ? await this.#cmd.round(n) : { server: NaN, spawner: NaN };
-    return { request, sqld, frame, cmdServer: c.server, cmdSpawner: c.spawner };
+    const iso = this.#isolation ? await this.#isolation.round(n) : { total: NaN, steps: {}, rssKB: NaN };
+    return { request, sqld, frame, cmdServer: c.server, cmdSpawner: c.spawner, isolation: iso.total, isolationSteps: iso.steps, isolationRssKB: iso.rssKB };
   }
 
   async stop(): Promise<void> {
     this.#frames.disconnect();
     this.#db.close();
     await this.#cmd?.stop();
+    await this.#isolation?.stop();
   }
 }
 
@@ -154,10 +199,36 @@ export function unitFloorFigures(prefix: string, rounds: UnitFloors[]): Figures 
     figures[`${prefix}.cmd_floor_cpu_ms.server`] = fig(rounds.map((r) => r.cmdServer));
     figures[`${prefix}.cmd_floor_cpu_ms.spawner`] = fig(rounds.map((r) => r.cmdSpawner));
   }
+  if (hasIsolation(rounds)) {
+    figures[`${prefix}.isolation_floor_cpu_ms_each`] = fig(rounds.map((r) => r.isolation));
+    for (const step of Object.keys(rounds[0]!.isolationSteps)) figures[`${prefix}.isolation_floor_cpu_ms_each.${step}`] = fig(rounds.map((r) => r.isolationSteps[step] ?? 0));
+    figures[`${prefix}.isolation_floor_parent_rss_mb`] = { value: round(median(rounds.map((r) => r.isolationRssKB)) / 1024, 1), unit: "MB" };
+  }
   return figures;
 }
 
+/** Whether every round measured the isolation unit. */
+export function hasIsolation(rounds: UnitFloors[]): boolean {
+  return rounds.length > 0 && rounds.every((r) => Number.isFinite(r.isolation));
+}
+
+/** The floor's share per server process (ms per cycle, each the median over rounds), to set each
+ * process's own CPU against: the edge (requests, turns, frames), sqld, and the agent with its
+ * spawner (the command; the isolation with `withIsolation`). */
+export function floorByProcess(rounds: UnitFloors[], opts: { concurrent: boolean; withIsolation: boolean }): { edge: number; sqld: number; agentSpawner: number } {
+  const items = floorItems(opts.withIsolation);
+  const shares = rounds.map((r) => {
+    const by = { edge: 0, sqld: 0, agentSpawner: 0 };
+    composeServerFloor(r, opts, items).parts.forEach((p, i) => {
+      const unit = items[i]!.unit;
+      by[unit === "sqld" ? "sqld" : unit === "cmd" || unit === "isolation" ? "agentSpawner" : "edge"] += p.ms;
+    });
+    return by;
+  });
+  return { edge: median(shares.map((s) => s.edge)), sqld: median(shares.map((s) => s.sqld)), agentSpawner: median(shares.map((s) => s.agentSpawner)) };
+}
+
 /** The composed floor of each round (its spread), the median round's. */
-export function composedFloors(rounds: UnitFloors[], concurrent: boolean): number[] {
-  return rounds.map((r) => composeServerFloor(r, { concurrent }).total);
+export function composedFloors(rounds: UnitFloors[], concurrent: boolean, withIsolation = false): number[] {
+  return rounds.map((r) => composeServerFloor(r, { concurrent, withIsolation }).total);
 }
