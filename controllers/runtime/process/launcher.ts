@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import type { HostCommand } from "../sandbox-view.ts";
+import { mastersOpen, stdioWithoutMasters, throughCloser, trackMaster } from "./terminal-masters.ts";
 
 /** How a process ended. `error` is set when the launcher lost track of it (its spawner died). */
 export interface LaunchedExit {
@@ -116,12 +117,13 @@ export interface HandoverOptions {
   env?: Record<string, string>;
 }
 
-/** child_process.spawn of a host command, its environment handed over (see handOver). */
+/** child_process.spawn of a host command, its environment handed over (see handOver). It holds
+ * no terminal master of this process (terminal-masters.ts). */
 export function spawnHost(host: HostCommand, opts: { detached: boolean; stdio: StdioOptions } & HandoverOptions): ChildProcess {
   const h = handOver(host, opts.envDir);
   let child: ChildProcess;
   try {
-    child = spawn(host.file, h.args, { cwd: host.cwd, env: { ...host.env, ...opts.env }, uid: host.uid, gid: host.gid, detached: opts.detached, stdio: opts.stdio });
+    child = spawn(host.file, h.args, { cwd: host.cwd, env: { ...host.env, ...opts.env }, uid: host.uid, gid: host.gid, detached: opts.detached, stdio: stdioWithoutMasters(opts.stdio) });
   } catch (err) {
     h.release();
     throw err;
@@ -158,30 +160,43 @@ export const inProcessLauncher: ProcessLauncher = {
 };
 
 /** node-pty in this process (the spawner process uses it too). Loaded on first use: most
- * sandboxes never open a terminal. */
+ * sandboxes never open a terminal. While another terminal is open here, the command is exec'd
+ * through a closer so that it holds none of their masters (terminal-masters.ts). */
 export async function spawnPtyHere(host: HostCommand, size: { cols: number; rows: number }, opts: HandoverOptions = {}): Promise<LaunchedPty> {
   const pty = (await import("@lydell/node-pty")).default;
   // node-pty sets TERM in the environment it starts; the command's is the one that needs it.
   const name = (host.sandboxEnv ?? host.env).TERM ?? "xterm-256color";
-  const h = handOver(host.sandboxEnv ? { ...host, sandboxEnv: { ...host.sandboxEnv, TERM: name } } : host, opts.envDir);
+  let spawned = host.sandboxEnv ? { ...host, sandboxEnv: { ...host.sandboxEnv, TERM: name } } : host;
+  let env = { ...host.env, ...opts.env };
+  if (mastersOpen() > 0) {
+    // What node-pty would have set in the command's own environment (the closer's is renamed).
+    spawned = throughCloser(spawned, { ...env, PWD: host.cwd, TERM: name });
+    env = spawned.env;
+  }
+  const h = handOver(spawned, opts.envDir);
   let term;
+  let closed: () => void;
   try {
-    term = pty.spawn(host.file, h.args, {
+    term = pty.spawn(spawned.file, h.args, {
       name,
       cols: size.cols || 80,
       rows: size.rows || 24,
       cwd: host.cwd,
-      env: { ...host.env, ...opts.env },
+      env,
       uid: host.uid,
       gid: host.gid,
       encoding: null,
     });
+    closed = trackMaster((term as unknown as { _fd?: unknown })._fd);
   } catch (err) {
+    term?.kill("SIGKILL");
     h.release();
     throw new ProcessStartError(`failed to start pty '${host.file}': ${(err as Error).message}`);
   }
   const t = term;
   t.onExit(h.release);
+  // node-pty reports the exit once the master is closed (its read stream's 'close').
+  t.onExit(closed);
   // Held from the start (node-pty drops events nobody listens to yet), for a caller that awaits
   // something before it subscribes.
   const early: Buffer[] = [];
