@@ -71,7 +71,11 @@ describe("a sandbox whose pid 1 starts again", () => {
     const waited = await sandboxGroupStub(env, id).restarted(id, 100);
     expect(waited).toMatchObject({ ok: false, error: { code: "sandbox_placement_timeout", message: expect.stringContaining("starting again") } });
 
-    const res = gw(id, "/health");
+    let answered = false;
+    const res = gw(id, "/health").finally(() => (answered = true));
+    // Held before the kill (else a DELETE that wins the race makes a 502 of any gateway).
+    await new Promise((r) => setTimeout(r, 500));
+    expect(answered).toBe(false);
     await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
     const gone = await res;
     expect({ status: gone.status, body: await gone.json() }).toEqual({ status: 502, body: { sandboxId: id, message: "The sandbox was not found", code: 502 } });
