@@ -80,4 +80,19 @@ describe("a sandbox whose pid 1 starts again", () => {
     const gone = await res;
     expect({ status: gone.status, body: await gone.json() }).toEqual({ status: 502, body: { sandboxId: id, message: "The sandbox was not found", code: 502 } });
   });
+
+  it("past the most requests held for one sandbox, one more is told at once that too many wait (not that it waited), and the held ones go on once it is back", async () => {
+    const { id } = await restartingSandbox();
+    const group = sandboxGroupStub(env, id);
+    const held = Array.from({ length: 256 }, () => group.restarted(id, 15_000));
+    const crowded = await waitFor(async () => {
+      const r = await group.restarted(id, 0);
+      return !r.ok && r.error.code !== "sandbox_placement_timeout" && r;
+    }, { what: "a refusal other than the wait's timeout" });
+    expect(crowded).toMatchObject({ ok: false, error: { code: "sandbox_capacity_unavailable", message: expect.stringContaining("256 requests already wait") } });
+    const res = await gw(id, "/health");
+    expect({ status: res.status, message: ((await res.json()) as { message: string }).message }).toEqual({ status: 503, message: expect.stringContaining("too many requests already wait for it") });
+    report(id, false);
+    expect((await Promise.all(held)).filter((r) => !r.ok)).toEqual([]);
+  });
 });
