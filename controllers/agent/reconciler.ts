@@ -521,6 +521,11 @@ export class Reconciler {
 
   /** Observations for every sandbox the driver or the store knows (the hello inventory). */
   async inventory(): Promise<ObservationInput[]> {
+    // The inventory replaces the edge's view of every sandbox, so what `#report` last sent is no
+    // longer what the edge holds: the next report of each must go out, even if it equals that one
+    // (a restart's Running/ready after an inventory's Pid1Restarting would otherwise be dropped and
+    // the edge would hold the sandbox's requests for good).
+    this.#reported.clear();
     const seen = new Map<string, SandboxObservation>();
     for (const o of await this.#d.driver.list()) seen.set(o.id, o);
     const ids = new Set([...seen.keys(), ...this.#d.store.ids()]);

@@ -411,14 +411,16 @@ export class SandboxGroupDO extends DurableObject<Env> {
   /**
    * Gateway: a request for a sandbox whose pid 1 is starting again (state.ts `restarting`) waits,
    * bounded, until it is not: its route as it is then (ready again, or whatever it became
-   * meanwhile, which the gateway judges as any route), or a timeout the gateway answers as
-   * "retry". The sandbox itself is not touched.
+   * meanwhile, which the gateway judges as any route), or a timeout (placementTimeout) or, past
+   * MAX_HELD_PER_SANDBOX waiting, a refusal at once (capacityUnavailable), both of which the gateway
+   * answers as "retry". The sandbox itself is not touched.
    */
   async restarted(id: string, waitMs: number): Promise<Result<{ route: RouteInfo }>> {
     // Anyone may send what the gateway holds (envd's /health, a signed URL): a bounded number wait.
+    // (The count is of every waiter of the slot, a wake's or a connect's too: a bound, not a tally.)
     const held = this.slots.find(id)?.waiters.size ?? 0;
+    if (held >= MAX_HELD_PER_SANDBOX) return { ok: false, error: { code: ErrorCode.capacityUnavailable, message: `Sandbox "${id}" is starting again (its init process ended) and ${held} requests already wait for it` } };
     const timedOut = { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" is starting again (its init process ended) and was not back within ${waitMs} ms` };
-    if (held >= MAX_HELD_PER_SANDBOX) return { ok: false, error: timedOut };
     return this.waitSettled(id, waitMs, (s): Result<{ route: RouteInfo }> | null => (restarting(s) ? null : { ok: true, route: routeInfo(s) }), () => timedOut);
   }
 

@@ -33,9 +33,11 @@ export function agentUnavailable(req: Request, sandboxId: string): Response {
 }
 
 /** The answer for a sandbox whose pid 1 is starting again and was not back within the gateway's
- * hold (gateway.ts): the same "retry" shapes, as the sandbox is not gone either. */
-export function sandboxRestarting(req: Request, sandboxId: string, waitedMs: number): Response {
-  return retryLater(req, sandboxId, `Sandbox ${sandboxId} is starting again: its init process (pid 1) ended, so it restarts with its files kept and its processes gone, and it was not back within ${Math.round(waitedMs / 1000)} s. Retry in a few seconds.`);
+ * hold (gateway.ts; `waited`: the hold's ms), or not held at all because as many requests as the
+ * group allows already wait for it ("crowded"): the same "retry" shapes, as the sandbox is not gone. */
+export function sandboxRestarting(req: Request, sandboxId: string, waited: number | "crowded"): Response {
+  const why = waited === "crowded" ? "too many requests already wait for it" : `it was not back within ${Math.round(waited / 1000)} s`;
+  return retryLater(req, sandboxId, `Sandbox ${sandboxId} is starting again: its init process (pid 1) ended, so it restarts with its files kept and its processes gone, and ${why}. Retry in a few seconds.`);
 }
 
 function retryLater(req: Request, sandboxId: string, message: string): Response {

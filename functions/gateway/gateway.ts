@@ -172,8 +172,15 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
   if (route.restarting) {
     // Its runtime has no sandbox by that id until it is back, and the runtime's 502 would read to
     // the SDK as a killed sandbox: held until it is (what it is then is judged as any route).
+    // Only its agent can say it is back: with the agent away, holding would only delay the answer
+    // forward gives at once.
+    if (!(await ingressUrl(c.env, route.cluster, Date.now()))) return agentUnavailable(req, target.sandboxId);
     const back = await sandboxGroupStub(c.env, target.sandboxId).restarted(target.sandboxId, RESTART_WAIT_MS);
-    if (!back.ok) return back.error.code === ErrorCode.placementTimeout ? sandboxRestarting(req, target.sandboxId, RESTART_WAIT_MS) : notFound(target.sandboxId);
+    if (!back.ok) {
+      if (back.error.code === ErrorCode.placementTimeout) return sandboxRestarting(req, target.sandboxId, RESTART_WAIT_MS);
+      if (back.error.code === ErrorCode.capacityUnavailable) return sandboxRestarting(req, target.sandboxId, "crowded");
+      return notFound(target.sandboxId);
+    }
     route = back.route;
   }
   if (route.state === "paused" || route.phase !== "Running") {

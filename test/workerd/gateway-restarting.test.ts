@@ -25,16 +25,16 @@ const MESSAGE = "its init process (pid 1) ended: the sandbox starts again, its f
 const gw = (id: string, path: string, headers: Record<string, string> = {}) => exports.default.fetch(`http://edge.test${path}`, { headers: { "e2b-sandbox-id": id, ...headers } });
 const ready = async (id: string) => ((await expectStatus(call(`/admin/sandboxes/${id}`), 200)).conditions as { type: string; status: string; reason: string }[]).find((c) => c.type === "Ready");
 
-function report(id: string, restarting: boolean): void {
+function report(id: string, restarting: boolean, by = agent): void {
   const obs: ObservationInput = restarting
-    ? { sandboxId: id, generation: agent.sandboxes.get(id)!.generation, phase: "Pending", ready: false, endpoint: null, message: MESSAGE, observedAt: Date.now(), conditions: [{ type: "Ready", status: "False", reason: "Pid1Restarting", message: MESSAGE }] }
-    : { sandboxId: id, generation: agent.sandboxes.get(id)!.generation, phase: "Running", ready: true, endpoint: { runtime: `http://${id}.scripted.invalid:49983` }, observedAt: Date.now() };
-  agent.report(obs);
+    ? { sandboxId: id, generation: by.sandboxes.get(id)!.generation, phase: "Pending", ready: false, endpoint: null, message: MESSAGE, observedAt: Date.now(), conditions: [{ type: "Ready", status: "False", reason: "Pid1Restarting", message: MESSAGE }] }
+    : { sandboxId: id, generation: by.sandboxes.get(id)!.generation, phase: "Running", ready: true, endpoint: { runtime: `http://${id}.scripted.invalid:49983` }, observedAt: Date.now() };
+  by.report(obs);
 }
 
-async function restartingSandbox(): Promise<{ id: string; token: string }> {
-  const sbx = await expectStatus(call("/sandboxes", { key: team.key, body: { templateID: team.template, timeout: 600, secure: true } }), 201);
-  report(sbx.sandboxID, true);
+async function restartingSandbox(of = team, by = agent): Promise<{ id: string; token: string }> {
+  const sbx = await expectStatus(call("/sandboxes", { key: of.key, body: { templateID: of.template, timeout: 600, secure: true } }), 201);
+  report(sbx.sandboxID, true, by);
   await waitFor(async () => (await ready(sbx.sandboxID))?.reason === "Pid1Restarting", { what: "Ready False Pid1Restarting in the admin API" });
   return { id: sbx.sandboxID, token: sbx.envdAccessToken };
 }
@@ -71,9 +71,38 @@ describe("a sandbox whose pid 1 starts again", () => {
     const waited = await sandboxGroupStub(env, id).restarted(id, 100);
     expect(waited).toMatchObject({ ok: false, error: { code: "sandbox_placement_timeout", message: expect.stringContaining("starting again") } });
 
-    const res = gw(id, "/health");
+    let answered = false;
+    const res = gw(id, "/health").finally(() => (answered = true));
+    // Held before the kill (else a DELETE that wins the race makes a 502 of any gateway).
+    await new Promise((r) => setTimeout(r, 500));
+    expect(answered).toBe(false);
     await expectStatus(call(`/sandboxes/${id}`, { key: team.key, method: "DELETE" }), 204);
     const gone = await res;
     expect({ status: gone.status, body: await gone.json() }).toEqual({ status: 502, body: { sandboxId: id, message: "The sandbox was not found", code: 502 } });
+  });
+
+  it("past the most requests held for one sandbox, one more is told at once that too many wait (not that it waited), and the held ones go on once it is back", async () => {
+    const { id } = await restartingSandbox();
+    const group = sandboxGroupStub(env, id);
+    const held = Array.from({ length: 256 }, () => group.restarted(id, 15_000));
+    const crowded = await waitFor(async () => {
+      const r = await group.restarted(id, 0);
+      return !r.ok && r.error.code !== "sandbox_placement_timeout" && r;
+    }, { what: "a refusal other than the wait's timeout" });
+    expect(crowded).toMatchObject({ ok: false, error: { code: "sandbox_capacity_unavailable", message: expect.stringContaining("256 requests already wait") } });
+    const res = await gw(id, "/health");
+    expect({ status: res.status, message: ((await res.json()) as { message: string }).message }).toEqual({ status: 503, message: expect.stringContaining("too many requests already wait for it") });
+    report(id, false);
+    expect((await Promise.all(held)).filter((r) => !r.ok)).toEqual([]);
+  });
+
+  it("with its agent away (only the agent can say it is back), a request is answered at once as agent-unavailable, not held", async () => {
+    const away = await createTeam(unique("restart-away"));
+    const awayAgent = await startAgent(away.cluster);
+    const { id } = await restartingSandbox(away, awayAgent);
+    awayAgent.disconnect();
+    await waitFor(async () => !(await env.CLUSTER.get(env.CLUSTER.idFromName(away.cluster)).status()).connected, { what: "the agent disconnected" });
+    const res = await gw(id, "/health");
+    expect({ status: res.status, message: ((await res.json()) as { message: string }).message }).toEqual({ status: 503, message: expect.stringContaining("is not connected") });
   });
 });

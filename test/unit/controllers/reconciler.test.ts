@@ -9,6 +9,7 @@ import { IntentStore } from "../../../controllers/agent/intent-store.ts";
 import { NOT_READY_REASON, refillMayWait, RETRY_REASON, Reconciler } from "../../../controllers/agent/reconciler.ts";
 import type { StartCommands, StartStatus } from "../../../controllers/agent/start-commands.ts";
 import { TerminalError, UnsupportedError, type DesiredSandbox, type Driver, type SandboxObservation } from "../../../controllers/drivers/driver.ts";
+import { restarting } from "../../../controllers/drivers/local/restart-backoff.ts";
 import { createRuntime } from "../../../controllers/runtime/runtime.ts";
 import type { SandboxView } from "../../../controllers/runtime/sandbox-view.ts";
 import { IntentSchema, type IntentInput, type ObservationInput } from "../../../schema/protocol/index.ts";
@@ -46,6 +47,9 @@ class ScriptedDriver implements Driver {
   readonly conditions = new Map<string, SandboxObservation["conditions"]>();
   /** The incarnation of each sandbox's processes, in each observation it makes. */
   readonly incarnations = new Map<string, string>();
+  /** What `observe`/`list` answer instead until the next `ensure` (a pid 1 that ended, as the
+   * local driver sees it until its restart). */
+  readonly seenAs = new Map<string, SandboxObservation>();
   /** When its sandboxes were created, as it reports them. */
   createdAt = new Date(0).toISOString();
   readonly script: Record<string, Step[]>;
@@ -60,15 +64,16 @@ class ScriptedDriver implements Driver {
     const step = this.script[d.id]?.[n] ?? "ok";
     if (step !== "ok") throw step;
     const wait = this.waits.get(d.id)?.shift();
+    this.seenAs.delete(d.id);
     const obs: SandboxObservation = { id: d.id, generation: d.generation, phase: wait ? "Pending" : d.state === "Paused" ? "Paused" : "Running", ...(wait ? { retryAfterMs: wait } : {}), level: "process", createdAt: this.createdAt, enforced: { cpu: false, memory: false, pids: false, network: false }, ...(this.conditions.has(d.id) ? { conditions: this.conditions.get(d.id) } : {}), ...(this.incarnations.has(d.id) ? { incarnation: this.incarnations.get(d.id) } : {}) };
     this.#running.set(d.id, obs);
     return obs;
   }
   async observe(id: string) {
-    return this.#running.get(id);
+    return this.seenAs.get(id) ?? this.#running.get(id);
   }
   async list() {
-    return [...this.#running.values()];
+    return [...this.#running.values()].map((o) => this.seenAs.get(o.id) ?? o);
   }
   view(): SandboxView {
     return {} as SandboxView; // registered with the runtime, never used: no command runs here
@@ -202,6 +207,22 @@ describe("Reconciler", () => {
     reconciler.queue.add("s1", { urgent: true });
     await waitFor(() => reports.length > count, { what: "the changed condition reported" });
     expect(reports.at(-1)).toMatchObject({ phase: "Running", ready: true, conditions: [{ type: "SeccompFiltered", status: "True", reason: "HolderRestarted" }] });
+    reconciler.queue.close();
+  });
+
+  it("after a hello inventory that said restarting (a reconnect while pid 1 was down), the restart's Running and ready is reported again", async () => {
+    const { driver, reports, reconciler } = harness({});
+    reconciler.offer(intent("s1"));
+    await waitFor(() => reports.some((o) => o.phase === "Running" && o.ready), { what: "ready" });
+    await reconciler.queue.idle();
+    const up = reports.at(-1)!;
+    driver.seenAs.set("s1", restarting({ ...(await driver.observe("s1"))!, phase: "Failed" }, "pid 1 ended"));
+    // The edge now holds this sandbox's requests until a report says it is ready.
+    expect((await reconciler.inventory()).find((o) => o.sandboxId === "s1")).toMatchObject({ phase: "Pending", conditions: [{ type: "Ready", status: "False", reason: "Pid1Restarting" }] });
+    const count = reports.length;
+    reconciler.queue.add("s1", { urgent: true });
+    await waitFor(() => reports.length > count, { what: "the restart reported", timeoutMs: 2_000 });
+    expect(reports.at(-1)).toMatchObject({ phase: "Running", ready: true, generation: up.generation });
     reconciler.queue.close();
   });
 

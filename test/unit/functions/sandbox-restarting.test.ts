@@ -24,4 +24,12 @@ describe("a sandbox still starting again after the gateway's hold", () => {
     expect(plain.headers.get("retry-after")).toBe("2");
     expect(await plain.json()).toMatchObject({ sandboxId: "sbx1", code: 503, message: expect.stringContaining("its files kept") });
   });
+
+  it("one not held because too many already wait is told so, not that it waited", async () => {
+    const plain = sandboxRestarting(req({}), "sbx1", "crowded");
+    expect(plain.status).toBe(503);
+    const { message } = (await plain.json()) as { message: string };
+    expect(message).toMatch(/^Sandbox sbx1 is starting again: .*too many requests already wait for it\. Retry/);
+    expect(message).not.toContain("within");
+  });
 });
