@@ -858,12 +858,11 @@ export class LocalDriver implements Driver {
     this.#save(next);
     this.#watch(rec.id, started.nsInit, false);
     watching = started.nsInit;
-    if (ended) {
-      // Ended already: watched, its exit is handled now; not watchable (its pid 1 gone), it is
-      // what a pid 1 ended since its last look would be.
-      if (this.#watched.has(rec.id)) this.#holderEnded(rec.id, started.nsInit);
-      else this.#pid1Ended(rec.id, started.nsInit);
-    }
+    // Not watchable (its pid 1 gone since the start, its holder's exit maybe not heard yet: that
+    // exit, when heard, finds nothing watched): it is what a pid 1 ended since its last look
+    // would be. Watched and its exit heard already: that exit is handled now.
+    if (!this.#watched.has(rec.id)) this.#pid1Ended(rec.id, started.nsInit);
+    else if (ended) this.#holderEnded(rec.id, started.nsInit);
     this.#restarts.set(rec.id, holderStarted(this.#restarts.get(rec.id), Date.now()));
     return next;
   }

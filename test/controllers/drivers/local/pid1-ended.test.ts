@@ -273,4 +273,39 @@ describe("a sandbox whose pid 1 ends by itself", () => {
       await destroyAll(own, ownDir);
     }
   });
+
+  it("its pid 1 gone before it is watched, its holder's exit heard only after: still told", async () => {
+    const ownDir = mkdtempSync(join(tmpdir(), "local-pid1-early-"));
+    // Ends the sandbox's pid 1 as its start hands over the holder (so it is gone, reaped, when the
+    // driver goes to watch it) and holds back the holder's exit, to deliver it after that.
+    const exits: Array<(heard: boolean) => void> = [];
+    class EarlyEnd extends Spawner {
+      override async spawn(...args: Parameters<Spawner["spawn"]>): Promise<SpawnedProcess> {
+        const p = await super.spawn(...args);
+        const forget = (ended?: (heard: boolean) => void) => {
+          if (!ended) return p.forget();
+          const children = readFileSync(`/proc/${p.pid}/task/${p.pid}/children`, "latin1").trim();
+          const pid1 = children ? Number(children.split(" ")[0]) : p.pid;
+          process.kill(pid1, "SIGKILL");
+          const tick = new Int32Array(new SharedArrayBuffer(4));
+          for (let i = 0; i < 500 && existsSync(`/proc/${pid1}`); i++) Atomics.wait(tick, 0, 0, 10);
+          p.forget();
+          exits.push(ended);
+        };
+        return { ...p, forget };
+      }
+    }
+    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}e`, spawner: new EarlyEnd(), pid1CheckMs: HOUR });
+    const heard: string[] = [];
+    own.onChange((id) => heard.push(id));
+    try {
+      const d = desiredSandbox("pe");
+      await own.ensure(d);
+      expect(exits).toHaveLength(1);
+      exits[0]!(true);
+      expect(await pollUntil(() => heard.includes(d.id), Boolean, 10_000)).toBe(true);
+    } finally {
+      await destroyAll(own, ownDir);
+    }
+  });
 });
