@@ -209,7 +209,9 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     const opts = { dataDir: adoptDir, cgroupName: `${cgroupName}a` };
     const first = new LocalDriver({ ...opts, pid1CheckMs: HOUR });
     const d = desiredSandbox("pa");
-    await first.ensure(d);
+    const paused = desiredSandbox("pp");
+    const gone = desiredSandbox("pg");
+    for (const s of [d, paused, gone]) await first.ensure(s);
     // The first agent goes (its spawner with it); its sandbox runs on.
     await first.dispose();
     const next = new LocalDriver({ ...opts, pid1CheckMs: 200 });
@@ -219,6 +221,14 @@ describe("a sandbox whose pid 1 ends by itself", () => {
       expect((await next.ensure(d)).phase).toBe("Running");
       expect((await shIn(next, d.id, "echo adopted")).stdout).toBe("adopted\n");
       await killedAndBack(next, adoptDir, d, heard);
+      // Timed too (adopted), then ended by the driver itself: a Stop pause and a destroy. The
+      // timer's looks (several in 1.5 s) find them ended and report neither.
+      for (const s of [paused, gone]) expect((await next.ensure(s)).phase).toBe("Running");
+      heard.length = 0;
+      await next.ensure({ ...paused, generation: 2, state: "Paused", pauseStrategy: "Stop" });
+      await next.destroy(gone.id);
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(heard).toEqual([]);
     } finally {
       await destroyAll(next, adoptDir);
     }
