@@ -129,6 +129,9 @@ const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
  * that ends", Cost); the price is such a sandbox's reboot up to 5 s late (its commands fail "not
  * running" meanwhile either way). */
 const PID1_CHECK_MS = 5000;
+/** How soon after a holder's exit a pid 1 still running is looked at once more (#holderEnded):
+ * bwrap's init, exiting just after the holder, is gone by then. */
+const EXITING_RECHECK_MS = 50;
 
 
 /** Whether two references name the same process (a pid is reused; with its start time it is not). */
@@ -312,11 +315,18 @@ export class LocalDriver implements Driver {
     // Stale: a holder the driver ended itself (a stop or destroy takes it out of #watched before
     // its kill) or one replaced since.
     if (!handle || !sameProc(handle.ref, ref)) return;
-    // A holder exits after its pid 1 (at `process` level it is pid 1).
-    if (handle.ended()) this.#pid1Ended(id, ref);
-    // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, or
-    // the spawner gone): the timer looks at it.
-    else this.#time(id, true);
+    // At `process` level the holder is pid 1. At `bwrap` levels the outer bwrap exits as soon as
+    // bwrap's init reports its first child's (`sleep`'s) end, without waiting for init, which may
+    // still be exiting, or live on with other children (an orphan reparented to it).
+    if (handle.ended()) return this.#pid1Ended(id, ref);
+    // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, the
+    // spawner gone, an init kept by an orphan): the timer looks at it. One look soon after, so
+    // that an init still exiting is not left for the timer's next look.
+    this.#time(id, true);
+    setTimeout(() => {
+      const now = this.#watched.get(id);
+      if (!this.#closed && now && sameProc(now.ref, ref) && now.ended()) this.#pid1Ended(id, ref);
+    }, EXITING_RECHECK_MS).unref();
   }
 
   /** The pid 1 `ref` of sandbox `id` ended: looked at again under the sandbox's lock, after any

@@ -1,8 +1,8 @@
 /**
  * When a sandbox whose init process (pid 1) ended is started again (local-driver.ts ensure). Root
- * inside ends pid 1 with an everyday command (`pkill sleep`, `kill -9 -1`: bwrap's init exits with
- * its first child), so the sandbox is rebooted, as Kubernetes restarts a dead container: files
- * kept, processes gone. One ended soon after its last start waits first, so a tenant killing it in
+ * inside ends pid 1 with an everyday command (`pkill sleep`, `kill -9 -1`: bwrap's init exits once
+ * its first child has and no other is left), so the sandbox is rebooted, as Kubernetes restarts a
+ * dead container: files kept, processes gone. One ended soon after its last start waits first, so a tenant killing it in
  * a loop costs the host a start per RESTART_MAX_MS rather than a busy loop.
  */
 
