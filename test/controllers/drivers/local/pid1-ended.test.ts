@@ -322,4 +322,20 @@ describe("a sandbox whose pid 1 ends by itself", () => {
       await destroyAll(own, ownDir);
     }
   });
+
+  it("frozen (a Freeze pause), its pid 1 killed from the host: noticed while frozen, not at the thaw", async () => {
+    const ownDir = mkdtempSync(join(tmpdir(), "local-pid1-frozen-"));
+    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}f`, pid1CheckMs: 200 });
+    const heard: string[] = [];
+    own.onChange((id) => heard.push(id));
+    try {
+      const d = desiredSandbox("pf");
+      await own.ensure(d);
+      expect((await own.ensure({ ...d, generation: 2, state: "Paused", pauseStrategy: "Freeze" })).phase).toBe("Paused");
+      process.kill(readRecord(layoutFor(ownDir, d.id).record)!.nsInit!.pid, "SIGKILL");
+      expect(await pollUntil(() => heard.includes(d.id), Boolean, 10_000)).toBe(true);
+    } finally {
+      await destroyAll(own, ownDir);
+    }
+  });
 });
