@@ -47,6 +47,22 @@ function statDescriptorsOf(pid?: number): string[] {
   return fds.filter((path) => (pid === undefined ? /^\/proc\/\d+\/stat$/.test(path) : path === `/proc/${pid}/stat`));
 }
 
+/** A spawner that holds back what it hears of holders' exits (pushed to `exits`, for the test to
+ * deliver at a moment of its choice), first running `handover` on each holder it hands over. */
+function holdingExits(exits: Array<(heard: boolean) => void>, handover: (holder: SpawnedProcess) => void = () => {}): Spawner {
+  return new (class extends Spawner {
+    override async spawn(...args: Parameters<Spawner["spawn"]>): Promise<SpawnedProcess> {
+      const p = await super.spawn(...args);
+      const forget = (ended?: (heard: boolean) => void) => {
+        if (ended) handover(p);
+        p.forget();
+        if (ended) exits.push(ended);
+      };
+      return { ...p, forget };
+    }
+  })();
+}
+
 /** Ends pid 1 with `end`, then does what the agent does on hearing of it (a pass) until the
  * sandbox runs again: returns the observations the passes made. */
 async function endedAndRestarted(d: DesiredSandbox, end: () => Promise<unknown>, on = driver, heard = told): Promise<SandboxObservation[]> {
@@ -255,15 +271,8 @@ describe("a sandbox whose pid 1 ends by itself", () => {
 
   it("a holder's exit heard as the driver stops: the check it queued tells nobody, and no descriptor is left open", async () => {
     const ownDir = mkdtempSync(join(tmpdir(), "local-pid1-stopping-"));
-    // Holds back what the spawner hears of holders' exits, to deliver one at a moment of our choice.
     const exits: Array<(heard: boolean) => void> = [];
-    class HeldExits extends Spawner {
-      override async spawn(...args: Parameters<Spawner["spawn"]>): Promise<SpawnedProcess> {
-        const p = await super.spawn(...args);
-        return { ...p, forget: (ended) => (ended ? (p.forget(), exits.push(ended)) : p.forget()) };
-      }
-    }
-    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}h`, spawner: new HeldExits(), pid1CheckMs: HOUR });
+    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}h`, spawner: holdingExits(exits), pid1CheckMs: HOUR });
     const heard: string[] = [];
     own.onChange((id) => heard.push(id));
     try {
@@ -293,23 +302,14 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     // Ends the sandbox's pid 1 as its start hands over the holder (so it is gone, reaped, when the
     // driver goes to watch it) and holds back the holder's exit, to deliver it after that.
     const exits: Array<(heard: boolean) => void> = [];
-    class EarlyEnd extends Spawner {
-      override async spawn(...args: Parameters<Spawner["spawn"]>): Promise<SpawnedProcess> {
-        const p = await super.spawn(...args);
-        const forget = (ended?: (heard: boolean) => void) => {
-          if (!ended) return p.forget();
-          const children = readFileSync(`/proc/${p.pid}/task/${p.pid}/children`, "latin1").trim();
-          const pid1 = children ? Number(children.split(" ")[0]) : p.pid;
-          process.kill(pid1, "SIGKILL");
-          const tick = new Int32Array(new SharedArrayBuffer(4));
-          for (let i = 0; i < 500 && existsSync(`/proc/${pid1}`); i++) Atomics.wait(tick, 0, 0, 10);
-          p.forget();
-          exits.push(ended);
-        };
-        return { ...p, forget };
-      }
-    }
-    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}e`, spawner: new EarlyEnd(), pid1CheckMs: HOUR });
+    const endPid1 = (holder: SpawnedProcess) => {
+      const children = readFileSync(`/proc/${holder.pid}/task/${holder.pid}/children`, "latin1").trim();
+      const pid1 = children ? Number(children.split(" ")[0]) : holder.pid;
+      process.kill(pid1, "SIGKILL");
+      const tick = new Int32Array(new SharedArrayBuffer(4));
+      for (let i = 0; i < 500 && existsSync(`/proc/${pid1}`); i++) Atomics.wait(tick, 0, 0, 10);
+    };
+    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}e`, spawner: holdingExits(exits, endPid1), pid1CheckMs: HOUR });
     const heard: string[] = [];
     own.onChange((id) => heard.push(id));
     try {
