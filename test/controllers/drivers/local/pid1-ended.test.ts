@@ -48,17 +48,12 @@ function statDescriptorsOf(pid?: number): string[] {
 }
 
 /** A spawner that holds back what it hears of holders' exits (pushed to `exits`, for the test to
- * deliver at a moment of its choice), first running `handover` on each holder it hands over. */
-function holdingExits(exits: Array<(heard: boolean) => void>, handover: (holder: SpawnedProcess) => void = () => {}): Spawner {
+ * deliver at a moment of its choice). */
+function holdingExits(exits: Array<(heard: boolean) => void>): Spawner {
   return new (class extends Spawner {
     override async spawn(...args: Parameters<Spawner["spawn"]>): Promise<SpawnedProcess> {
       const p = await super.spawn(...args);
-      const forget = (ended?: (heard: boolean) => void) => {
-        if (ended) handover(p);
-        p.forget();
-        if (ended) exits.push(ended);
-      };
-      return { ...p, forget };
+      return { ...p, forget: (ended) => (ended ? (p.forget(), exits.push(ended)) : p.forget()) };
     }
   })();
 }
@@ -292,32 +287,6 @@ describe("a sandbox whose pid 1 ends by itself", () => {
       expect(heard).toEqual([]);
       // Its one closed, none opened since (by the queued check, or any pass it would start).
       expect(statDescriptorsOf().length).toBe(before - 1);
-    } finally {
-      await destroyAll(own, ownDir);
-    }
-  });
-
-  it("its pid 1 gone before it is watched, its holder's exit heard only after: still told", async () => {
-    const ownDir = mkdtempSync(join(tmpdir(), "local-pid1-early-"));
-    // Ends the sandbox's pid 1 as its start hands over the holder (so it is gone, reaped, when the
-    // driver goes to watch it) and holds back the holder's exit, to deliver it after that.
-    const exits: Array<(heard: boolean) => void> = [];
-    const endPid1 = (holder: SpawnedProcess) => {
-      const children = readFileSync(`/proc/${holder.pid}/task/${holder.pid}/children`, "latin1").trim();
-      const pid1 = children ? Number(children.split(" ")[0]) : holder.pid;
-      process.kill(pid1, "SIGKILL");
-      const tick = new Int32Array(new SharedArrayBuffer(4));
-      for (let i = 0; i < 500 && existsSync(`/proc/${pid1}`); i++) Atomics.wait(tick, 0, 0, 10);
-    };
-    const own = new LocalDriver({ dataDir: ownDir, cgroupName: `${cgroupName}e`, spawner: holdingExits(exits, endPid1), pid1CheckMs: HOUR });
-    const heard: string[] = [];
-    own.onChange((id) => heard.push(id));
-    try {
-      const d = desiredSandbox("pe");
-      await own.ensure(d);
-      expect(exits).toHaveLength(1);
-      exits[0]!(true);
-      expect(await pollUntil(() => heard.includes(d.id), Boolean, 10_000)).toBe(true);
     } finally {
       await destroyAll(own, ownDir);
     }
