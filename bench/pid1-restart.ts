@@ -57,8 +57,9 @@ if (role) {
   for (let k = 0; k < Number(kills); k++) {
     const id = ids[k]!;
     if ((await echo(id)) !== "alive\n") throw new Error(`${id}: no echo before the kill`);
-    // A random phase against any timer.
-    await sleep(Math.random() * 2000);
+    // A random phase against any timer: the pause spans a whole period of the base's 5 s look
+    // (PID1_CHECK_MS), since the previous kill's restart came right after one of its ticks.
+    await sleep(Math.random() * 5000);
     const pid = readRecord(layoutFor(dataDir, id).record).nsInit.pid;
     const k0 = performance.now();
     process.kill(pid, "SIGKILL");

@@ -129,6 +129,9 @@ const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
  * that ends", Cost); the price is such a sandbox's reboot up to 5 s late (its commands fail "not
  * running" meanwhile either way). */
 const PID1_CHECK_MS = 5000;
+/** How soon after a holder's exit a pid 1 still running is looked at once more (#holderEnded):
+ * bwrap's init, exiting just after the holder, is gone by then. */
+const EXITING_RECHECK_MS = 50;
 
 
 /** Whether two references name the same process (a pid is reused; with its start time it is not). */
@@ -196,6 +199,10 @@ export class LocalDriver implements Driver {
   /** Of #watched, those no exit event will tell of (adopted holders, or a dead spawner's): the
    * timer (#watchTimer) looks at these, and runs only while there are any. */
   readonly #timed = new Set<string>();
+  /** Of #timed, those timed only while frozen (a Freeze pause): their holder, frozen with them
+   * (in their cgroup, or SIGSTOPped with them), can neither reap pid 1 nor exit, so no exit event
+   * would come before the thaw. */
+  readonly #timedFrozen = new Set<string>();
   /** Sandboxes whose ended pid 1 (#pid1Ended) has been handed to their lock. */
   readonly #ending = new Set<string>();
   /** Per sandbox, its last holder start and the backoff of its restarts (restart-backoff.ts). */
@@ -312,11 +319,19 @@ export class LocalDriver implements Driver {
     // Stale: a holder the driver ended itself (a stop or destroy takes it out of #watched before
     // its kill) or one replaced since.
     if (!handle || !sameProc(handle.ref, ref)) return;
-    // A holder exits after its pid 1 (at `process` level it is pid 1).
-    if (handle.ended()) this.#pid1Ended(id, ref);
-    // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, or
-    // the spawner gone): the timer looks at it.
-    else this.#time(id, true);
+    // At `process` level the holder is pid 1. At `bwrap` levels the outer bwrap exits as soon as
+    // bwrap's init reports its first child's (`sleep`'s) end, without waiting for init, which may
+    // still be exiting, or live on with other children (an orphan reparented to it).
+    if (handle.ended()) return this.#pid1Ended(id, ref);
+    this.#timedFrozen.delete(id); // timed from now on, thawed or not
+    // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, the
+    // spawner gone, an init kept by an orphan): the timer looks at it. One look soon after, so
+    // that an init still exiting is not left for the timer's next look.
+    this.#time(id, true);
+    setTimeout(() => {
+      const now = this.#watched.get(id);
+      if (!this.#closed && now && sameProc(now.ref, ref) && now.ended()) this.#pid1Ended(id, ref);
+    }, EXITING_RECHECK_MS).unref();
   }
 
   /** The pid 1 `ref` of sandbox `id` ended: looked at again under the sandbox's lock, after any
@@ -858,12 +873,11 @@ export class LocalDriver implements Driver {
     this.#save(next);
     this.#watch(rec.id, started.nsInit, false);
     watching = started.nsInit;
-    if (ended) {
-      // Ended already: watched, its exit is handled now; not watchable (its pid 1 gone), it is
-      // what a pid 1 ended since its last look would be.
-      if (this.#watched.has(rec.id)) this.#holderEnded(rec.id, started.nsInit);
-      else this.#pid1Ended(rec.id, started.nsInit);
-    }
+    // Not watchable (its pid 1 gone since the start, its holder's exit maybe not heard yet: that
+    // exit, when heard, finds nothing watched): it is what a pid 1 ended since its last look
+    // would be. Watched and its exit heard already: that exit is handled now.
+    if (!this.#watched.has(rec.id)) this.#pid1Ended(rec.id, started.nsInit);
+    else if (ended) this.#holderEnded(rec.id, started.nsInit);
     this.#restarts.set(rec.id, holderStarted(this.#restarts.get(rec.id), Date.now()));
     return next;
   }
@@ -908,15 +922,31 @@ export class LocalDriver implements Driver {
   }
 
   async #freeze(rec: SandboxRecord): Promise<void> {
+    this.#timeFrozen(rec.id, true);
     if (rec.cgroups) return setFrozen(rec.cgroups, true);
     await signalSandbox(rec.id, rec.nsInit, "SIGSTOP", rec.level === "process");
     this.#save({ ...rec, phase: "Frozen" });
   }
 
   async #thaw(rec: SandboxRecord): Promise<void> {
-    if (rec.cgroups) return setFrozen(rec.cgroups, false);
-    await signalSandbox(rec.id, rec.nsInit, "SIGCONT", rec.level === "process");
-    this.#save({ ...rec, phase: "Running" });
+    if (rec.cgroups) await setFrozen(rec.cgroups, false);
+    else {
+      await signalSandbox(rec.id, rec.nsInit, "SIGCONT", rec.level === "process");
+      this.#save({ ...rec, phase: "Running" });
+    }
+    this.#timeFrozen(rec.id, false);
+  }
+
+  /** A watched pid 1 that no exit event can tell of while its sandbox is frozen (#timedFrozen)
+   * is timed from its freeze to its thaw (a pid 1 killed from the host or by the OOM killer
+   * meanwhile is noticed within a look, not at the thaw). */
+  #timeFrozen(id: string, frozen: boolean): void {
+    if (!frozen) {
+      if (this.#timedFrozen.delete(id)) this.#time(id, false);
+    } else if (this.#watched.has(id) && !this.#timed.has(id)) {
+      this.#timedFrozen.add(id);
+      this.#time(id, true);
+    }
   }
 
   /** Reads the world for one record; adopts a holder the record lost (agent killed mid-create).
@@ -974,6 +1004,7 @@ export class LocalDriver implements Driver {
     const now = this.#watched.get(id);
     if (now && sameProc(now.ref, ref)) return;
     now?.close();
+    this.#timedFrozen.delete(id);
     const handle = StatHandle.open(ref);
     if (handle) this.#watched.set(id, handle);
     else this.#watched.delete(id);
@@ -983,6 +1014,7 @@ export class LocalDriver implements Driver {
   #unwatch(id: string): void {
     this.#watched.get(id)?.close();
     this.#watched.delete(id);
+    this.#timedFrozen.delete(id);
     if (this.#timed.has(id)) this.#time(id, false);
   }
 

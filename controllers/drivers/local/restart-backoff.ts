@@ -1,11 +1,12 @@
 /**
  * When a sandbox whose init process (pid 1) ended is started again (local-driver.ts ensure). Root
- * inside ends pid 1 with an everyday command (`pkill sleep`, `kill -9 -1`: bwrap's init exits with
- * its first child), so the sandbox is rebooted, as Kubernetes restarts a dead container: files
- * kept, processes gone. One ended soon after its last start waits first, so a tenant killing it in
- * a loop costs the host a start per RESTART_MAX_MS rather than a busy loop. Until it runs again it
- * reports `restarting` (below) while the restart waits (the backoff) and when observed before it
- * (the agent's hello inventory); a restart at once reports nothing in between.
+ * inside ends pid 1 with an everyday command (`pkill sleep`, `kill -9 -1`: bwrap's init exits once
+ * its first child has and no other is left), so the sandbox is rebooted, as Kubernetes restarts a
+ * dead container: files kept, processes gone. One ended soon after its last start waits first, so a
+ * tenant killing it in a loop costs the host a start per RESTART_MAX_MS rather than a busy loop.
+ * Until it runs again it reports `restarting` (below) while the restart waits (the backoff) and
+ * when observed before it (the agent's hello inventory); a restart at once reports nothing in
+ * between.
  */
 import type { SandboxObservation } from "../driver.ts";
 import type { ObservedCondition } from "../../../schema/protocol/observation.ts";
