@@ -61,7 +61,7 @@ import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
 import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
-import { composedFloors, floorByProcess, hasIsolation, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
+import { composedFloors, floorByProcess, gapByProcess, hasIsolation, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
 
 const WARM = 20;
 const STEPS = Number(process.env.E2E_STEPS_STEPS ?? 30);
@@ -217,10 +217,11 @@ export async function run(): Promise<Figures> {
       figures[`e2e_steps.${step}_server_cpu_ms`] = { value: round(server, 2), unit: "ms" };
     }
     let cycle = 0;
+    const ours = {} as Record<keyof typeof parts, number>;
     for (const k of Object.keys(parts) as (keyof typeof parts)[]) {
-      const v = (cycleEnd[k] - cycleStart[k] - (floorsCpu[k] ?? 0)) / STEPS / ROUNDS;
-      cycle += v;
-      figures[`e2e_steps.cycle_cpu_ms.${k}`] = { value: round(v, 2), unit: "ms" };
+      ours[k] = (cycleEnd[k] - cycleStart[k] - (floorsCpu[k] ?? 0)) / STEPS / ROUNDS;
+      cycle += ours[k];
+      figures[`e2e_steps.cycle_cpu_ms.${k}`] = { value: round(ours[k], 2), unit: "ms" };
     }
     Object.assign(figures, unitFloorFigures("e2e_steps", floorRounds));
     const cmdFloorCpu = floorRounds.map((f) => f.cmdServer + f.cmdSpawner);
@@ -237,8 +238,7 @@ export async function run(): Promise<Figures> {
       figures["e2e_steps.cycle_server_floor_with_isolation_cpu_ms"] = { value: round(median(withIsolation), 2), unit: "ms", spread: minMax(withIsolation) };
       figures["e2e_steps.cycle_server_vs_floor_with_isolation_ratio"] = { value: round(cycle / median(withIsolation), 2), unit: "ratio", spread: minMax(withIsolation.map((f) => cycle / f)) };
       const by = floorByProcess(floorRounds, { concurrent: false, withIsolation: true });
-      const ours = (k: keyof typeof parts) => (cycleEnd[k] - cycleStart[k] - (floorsCpu[k] ?? 0)) / STEPS / ROUNDS;
-      const gap = { edge: ours("edge") - by.edge, agent_spawner: ours("agent") + ours("spawner") - by.agentSpawner, sqld: ours("sqld") - by.sqld };
+      const gap = gapByProcess(ours, by);
       for (const [k, v] of Object.entries(gap)) figures[`e2e_steps.cycle_server_minus_floor_with_isolation_cpu_ms.${k}`] = { value: round(v, 2), unit: "ms" };
     }
   } finally {

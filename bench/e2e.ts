@@ -73,10 +73,10 @@
 //                                          kernel work of one sandbox made and destroyed that the
 //                                          agent and spawner do in their OWN processes (cgroups and
 //                                          limits, the holder's fork and reap, one record, its
-//                                          /etc/hosts), done by a bare Node process in the same
-//                                          rounds as the unit floors (bench/isolation-unit.ts argues
-//                                          each operation; by step: .files .cgroups .holder .kill
-//                                          .record_gone). Not local.isolation_floor_cpu_ms_each (the
+//                                          /etc/hosts, the files' rename and rm's fork), done by a
+//                                          bare Node process in the same rounds as the unit floors
+//                                          (bench/isolation-unit.ts argues each operation; by step:
+//                                          .files .cgroups .holder .kill .files_gone). Not local.isolation_floor_cpu_ms_each (the
 //                                          tools' CPU, children's, outside the server figure).
 //                                          e2e.server_floor_with_isolation_cpu_ms_each (.one_at_a_time):
 //                                          the floor above with it; e2e.server_vs_floor_with_isolation_ratio;
@@ -115,7 +115,7 @@ import { LocalDriver } from "../controllers/drivers/local/local-driver.ts";
 import { SDK_FIRST_CMD } from "./agent-cmd-floor.ts";
 import { IsolationFloor } from "./isolation-floor.ts";
 import type { DesiredSandbox, IsolationLevel } from "../controllers/drivers/driver.ts";
-import { composedFloors, floorByProcess, hasIsolation, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
+import { composedFloors, floorByProcess, gapByProcess, hasIsolation, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
 
 /** E2E_BENCH_CLIENTS: fewer concurrent clients (a machine too loaded for 20 within the edge's 10 s
  * create wait); the queueing ratio uses the count that ran. */
@@ -565,7 +565,7 @@ export async function run(): Promise<Figures> {
           figures["e2e.server_floor_with_isolation_cpu_ms_each.one_at_a_time"] = { value: round(median(alone), 2), unit: "ms", spread: minMax(alone) };
           figures["e2e.server_vs_floor_with_isolation_ratio"] = { value: round(server / median(withIsolation), 2), unit: "ratio", spread: minMax(withIsolation.map((b) => server / b)) };
           const by = floorByProcess(rounds, { concurrent: true, withIsolation: true });
-          const gap = { edge: each.edge! - by.edge, agent_spawner: each.agent! + each.spawner! - by.agentSpawner, sqld: each.sqld! - by.sqld };
+          const gap = gapByProcess({ edge: each.edge!, agent: each.agent!, spawner: each.spawner!, sqld: each.sqld! }, by);
           for (const [k, v] of Object.entries(gap)) figures[`e2e.server_minus_floor_with_isolation_cpu_ms_each.${k}`] = { value: round(v, 2), unit: "ms" };
         }
       } catch (err) {

@@ -174,15 +174,26 @@ export class UnitFloorRounds {
     }
     const frame = (threadsCpuMs(edgePid) - w) / n;
     const c = this.#cmd ? await this.#cmd.round(n) : { server: NaN, spawner: NaN };
-    const iso = this.#isolation ? await this.#isolation.round(n) : { total: NaN, steps: {}, rssKB: NaN };
+    // A failing isolation round costs its own figures only (NaN: hasIsolation drops them), not the
+    // other floors'; stop() removes what it left.
+    const none = { total: NaN, steps: {}, rssKB: NaN };
+    const iso = this.#isolation
+      ? await this.#isolation.round(n).catch((err: Error) => {
+          console.error(`server floor: no isolation figure this round: ${err.message}`);
+          return none;
+        })
+      : none;
     return { request, sqld, frame, cmdServer: c.server, cmdSpawner: c.spawner, isolation: iso.total, isolationSteps: iso.steps, isolationRssKB: iso.rssKB };
   }
 
   async stop(): Promise<void> {
-    this.#frames.disconnect();
-    this.#db.close();
-    await this.#cmd?.stop();
-    await this.#isolation?.stop();
+    try {
+      this.#frames.disconnect();
+      this.#db.close();
+      await this.#cmd?.stop();
+    } finally {
+      await this.#isolation?.stop();
+    }
   }
 }
 
@@ -226,6 +237,12 @@ export function floorByProcess(rounds: UnitFloors[], opts: { concurrent: boolean
     return by;
   });
   return { edge: median(shares.map((s) => s.edge)), sqld: median(shares.map((s) => s.sqld)), agentSpawner: median(shares.map((s) => s.agentSpawner)) };
+}
+
+/** Ours minus the floor's share, per process (ms per cycle): `ours` the edge's, agent's, spawner's
+ * and sqld's own CPU per cycle. */
+export function gapByProcess(ours: { edge: number; agent: number; spawner: number; sqld: number }, by: { edge: number; sqld: number; agentSpawner: number }): { edge: number; agent_spawner: number; sqld: number } {
+  return { edge: ours.edge - by.edge, agent_spawner: ours.agent + ours.spawner - by.agentSpawner, sqld: ours.sqld - by.sqld };
 }
 
 /** The composed floor of each round (its spread), the median round's. */

@@ -56,3 +56,10 @@ it("splits the floor by process: the command and the isolation are the agent's a
   expect(by.sqld).toBeCloseTo(3, 10);
   expect(by.edge).toBeCloseTo(1.2 + 0.8 + 0.7, 10);
 });
+
+it("split by process at 20 clients: sqld's share is 0 (shared), the edge keeps its 5 unshared events, the agent and spawner the command and isolation", () => {
+  const by = floorByProcess([floors], { concurrent: true, withIsolation: true });
+  expect(by.sqld).toBe(0);
+  expect(by.edge).toBeCloseTo(3 * 0.4 + 2 * Math.min(0.4, 0.7), 10);
+  expect(by.agentSpawner).toBeCloseTo(4.7 + 2.3, 10);
+});
