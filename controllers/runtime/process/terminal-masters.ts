@@ -25,15 +25,23 @@ import { openSync } from "node:fs";
 import type { StdioOptions } from "node:child_process";
 import type { HostCommand } from "../sandbox-view.ts";
 
-const open = new Set<number>();
+/** Each open master's number, with the token of the terminal that holds it. A master may be
+ * closed before its terminal's exit is reported (a command that ignores SIGHUP and closes its
+ * stdio keeps running after its master is gone), and the next terminal may get the same number:
+ * the first one's report must not then untrack the second's. A stale entry costs only a
+ * /dev/null slot or a closer; a lost one would hand a live master to every later process. */
+const open = new Map<number, object>();
 
 /** Records a terminal's master as open in this process; `closed` is called once it is closed. */
 export function trackMaster(fd: unknown): () => void {
   // node-pty 1.1 keeps the master's number in `_fd`; without it the master could not be kept
   // from other processes, so the terminal is refused rather than leaked.
   if (typeof fd !== "number" || !Number.isInteger(fd) || fd <= 2) throw new Error(`cannot tell the terminal's master descriptor (${String(fd)})`);
-  open.add(fd);
-  return () => void open.delete(fd);
+  const token = {};
+  open.set(fd, token);
+  return () => {
+    if (open.get(fd) === token) open.delete(fd);
+  };
 }
 
 export function mastersOpen(): number {
@@ -49,7 +57,7 @@ export function stdioWithoutMasters(stdio: StdioOptions): StdioOptions {
   const slots: Array<Exclude<StdioOptions, string>[number]> = typeof stdio === "string" ? [stdio, stdio, stdio] : stdio.slice();
   // Opened once, close-on-exec in this process; a child holds it only at the masters' numbers.
   devNull ??= openSync("/dev/null", "r");
-  for (const fd of open) {
+  for (const fd of open.keys()) {
     while (slots.length < fd) slots.push("ignore"); // "ignore" above stderr leaves the slot as it is
     if (slots[fd] === undefined || slots[fd] === null) slots[fd] = devNull;
   }
