@@ -75,16 +75,18 @@ describe("a terminal's master", () => {
   });
 });
 
-// A terminal started while another is open goes through the runtime's closer; what its command
-// gets and what the client sees must be what it was without one.
-describe("a terminal started while another is open", () => {
+// A terminal that changes user (`user`, from this root runtime), or is started while another is
+// open, goes through the runtime's closer; what its command gets and what the client sees must be
+// what a terminal without one gets (root's, with none open).
+describe("a terminal through the closer", () => {
   const H = { "e2b-sandbox-id": "raw", "x-access-token": "tok" };
+  const AS_ROOT = { ...H, authorization: `Basic ${Buffer.from("root:").toString("base64")}` };
   const script = 'printf "<%s>" "$0" "$@"; printf "\\n[%s][%s][%s]\\n" "$PERL5OPT" "$TERM" "$WEIRD"; echo "pid $$"; exit 7';
-  const start = (cmd: string, args: string[]) =>
+  const start = (cmd: string, args: string[], headers: Record<string, string> = H) =>
     streamCall(h.runtimeUrl, "process.Process/Start", {
       process: { cmd, args, envs: { PERL5OPT: "-Mno::such::module", WEIRD: "a b\n'\"c" } },
       pty: { size: { cols: 200, rows: 24 } },
-    }, H);
+    }, headers);
   const answer = (r: Awaited<ReturnType<typeof start>>) => {
     const events = r.envelopes.filter((e) => e.flags === 0).map((e) => e.json.event);
     const pid = events.find((e) => e.start)?.start.pid as number;
@@ -94,21 +96,52 @@ describe("a terminal started while another is open", () => {
   const args = ["-c", script, "-x", "a b", "q\"'uote", "new\nline", "--", "-e", ""];
 
   it("runs the command with its argv, environment, pid and exit status unchanged", async () => {
+    const direct = answer(await start("/bin/bash", args, AS_ROOT));
     const alone = answer(await start("/bin/bash", args));
+    expect(direct.output).toBe("<-x><a b><q\"'uote><new\r\nline><--><-e><>\r\n[-Mno::such::module][xterm-256color][a b\r\n'\"c]\r\npid <its own>\r\n");
+    expect(direct.end).toMatchObject({ exitCode: 7, exited: true });
+    expect(alone.output).toBe(direct.output);
+    expect(alone.end).toEqual(direct.end);
     const { term } = await terminal("root");
     try {
-      const closed = answer(await start("/bin/bash", args));
-      expect(closed.output).toBe(alone.output);
-      expect(closed.end).toEqual(alone.end);
-      expect(closed.output).toBe("<-x><a b><q\"'uote><new\r\nline><--><-e><>\r\n[-Mno::such::module][xterm-256color][a b\r\n'\"c]\r\npid <its own>\r\n");
-      expect(closed.end).toMatchObject({ exitCode: 7, exited: true });
+      const beside = answer(await start("/bin/bash", args));
+      expect(beside.output).toBe(direct.output);
+      expect(beside.end).toEqual(direct.end);
       const missing = [answer(await start("/no/such command", ["-x"]))];
       await stop(term);
-      missing.push(answer(await start("/no/such command", ["-x"])));
-      expect(missing[0]!.output).toBe(missing[1]!.output);
-      expect(missing[0]!.end).toEqual(missing[1]!.end);
+      missing.push(answer(await start("/no/such command", ["-x"])), answer(await start("/no/such command", ["-x"], AS_ROOT)));
+      expect(missing[0]!.output).toContain("execvp(3) failed.: No such file or directory");
+      for (const m of missing.slice(1)) {
+        expect(m.output).toBe(missing[0]!.output);
+        expect(m.end).toEqual(missing[0]!.end);
+      }
     } finally {
       await stop(term);
     }
   });
+
+  it("switches a terminal of `user` to the user's groups, not the root runtime's", async () => {
+    // The runtime (this process) holds a supplementary group, as root in a pod's image does;
+    // a runner that gives it none would hide the leak.
+    const before = process.getgroups!();
+    process.setgroups!([...before, 4242]);
+    try {
+      await userTerminalIds();
+    } finally {
+      process.setgroups!(before);
+    }
+  });
+
+  async function userTerminalIds() {
+    const command = (await sbx.commands.run("id -u; id -G", { user: "user" })).stdout.trim().split("\n");
+    expect(command[0]).not.toBe("0");
+    expect(command[1]!.split(" ")).not.toContain("0");
+    const { term, out } = await terminal("user");
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo "ids $(id -u) / $(id -G) /"; exit\n'));
+    await term.wait().catch(() => {});
+    // The same user and groups as the command's: before, node-pty kept root's group 0 (setgid and
+    // setuid without setgroups).
+    expect(out.text()).toContain(`ids ${command[0]} / ${command[1]} /`);
+    expect(out.text()).not.toMatch(/ids .*4242/);
+  }
 });

@@ -85,7 +85,8 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
 async function doPty(m: Extract<SpawnerRequest, { t: "pty" }>): Promise<void> {
   let t: LaunchedPty;
   try {
-    t = await spawnPtyHere(m, { cols: m.cols, rows: m.rows }, handover);
+    // enter.pl closes what it inherited and switches user itself: no closer before it.
+    t = await spawnPtyHere(m, { cols: m.cols, rows: m.rows }, { ...handover, closesInherited: true });
   } catch (err) {
     return send({ t: "error", id: m.id, message: (err as Error).message });
   }

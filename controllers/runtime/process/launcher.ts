@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import type { HostCommand } from "../sandbox-view.ts";
-import { mastersOpen, stdioWithoutMasters, throughCloser, trackMaster } from "./terminal-masters.ts";
+import { mastersOpen, stdioWithoutMasters, throughCloser, trackMaster, userSwitch } from "./terminal-masters.ts";
 
 /** How a process ended. `error` is set when the launcher lost track of it (its spawner died). */
 export interface LaunchedExit {
@@ -159,18 +159,27 @@ export const inProcessLauncher: ProcessLauncher = {
   },
 };
 
+/** Options of spawnPtyHere beyond the handover's. */
+export interface PtyOptions extends HandoverOptions {
+  /** The command is a wrapper that closes every descriptor it inherited before anything else and
+   * switches user itself (the local driver's enter.pl): it needs no closer. */
+  closesInherited?: boolean;
+}
+
 /** node-pty in this process (the spawner process uses it too). Loaded on first use: most
- * sandboxes never open a terminal. While another terminal is open here, the command is exec'd
- * through a closer so that it holds none of their masters (terminal-masters.ts). */
-export async function spawnPtyHere(host: HostCommand, size: { cols: number; rows: number }, opts: HandoverOptions = {}): Promise<LaunchedPty> {
+ * sandboxes never open a terminal. A terminal that changes user, or is started while another is
+ * open here, is exec'd through a closer that holds none of their masters when it runs anything of
+ * the command's and switches user itself (terminal-masters.ts). */
+export async function spawnPtyHere(host: HostCommand, size: { cols: number; rows: number }, opts: PtyOptions = {}): Promise<LaunchedPty> {
   const pty = (await import("@lydell/node-pty")).default;
   // node-pty sets TERM in the environment it starts; the command's is the one that needs it.
   const name = (host.sandboxEnv ?? host.env).TERM ?? "xterm-256color";
   let spawned = host.sandboxEnv ? { ...host, sandboxEnv: { ...host.sandboxEnv, TERM: name } } : host;
   let env = { ...host.env, ...opts.env };
-  if (mastersOpen() > 0) {
+  const as = opts.closesInherited ? undefined : userSwitch(host);
+  if (as || (mastersOpen() > 0 && !opts.closesInherited)) {
     // What node-pty would have set in the command's own environment (the closer's is renamed).
-    spawned = throughCloser(spawned, { ...env, PWD: host.cwd, TERM: name });
+    spawned = throughCloser(spawned, { ...env, PWD: host.cwd, TERM: name }, as);
     env = spawned.env;
   }
   const h = handOver(spawned, opts.envDir);
@@ -183,8 +192,8 @@ export async function spawnPtyHere(host: HostCommand, size: { cols: number; rows
       rows: size.rows || 24,
       cwd: host.cwd,
       env,
-      uid: host.uid,
-      gid: host.gid,
+      uid: spawned.uid,
+      gid: spawned.gid,
       encoding: null,
     });
     closed = trackMaster((term as unknown as { _fd?: unknown })._fd);
