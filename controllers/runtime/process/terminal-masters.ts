@@ -3,7 +3,8 @@
 // every process this process starts while a terminal is open would hold that terminal's master:
 // in a pod, a command run as `user` after a terminal opened as root could read root's screen and
 // type into root's shell. This module keeps the masters open in this process and keeps them from
-// every process started here, at no cost while none is open:
+// every process started here (a command with pipes pays nothing while none is open; a terminal
+// that changes user always pays the closer, below):
 // - a command with pipes (child_process.spawn) gets /dev/null dup2'd over each master's number
 //   by libuv itself (an explicit stdio slot), before it drops to the command's user, so the
 //   master never reaches a process the user owns, and no extra process runs;
