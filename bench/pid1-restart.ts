@@ -12,6 +12,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { median } from "./stats.ts";
 
 const role = process.env.PID1_RESTART_ROLE;
 // A side gets the sizes from its environment (its arguments are its own).
@@ -77,7 +78,6 @@ if (role) {
   process.exit(0);
 }
 
-const median = (v: number[]) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)]!;
 const fmt = (v: number[], d = 2) => v.map((x) => x.toFixed(d)).join(" ");
 const out: Record<string, { cpu: number[]; delays: number[] }> = { A: { cpu: [], delays: [] }, B: { cpu: [], delays: [] } };
 for (let r = 0; r < Number(rounds); r++) {
