@@ -3,7 +3,10 @@
 // CI run 11-2: with the port relay idle, the stop's last relay command (a destroy's `unveth`) left
 // the agent with no work the event loop counted, so it exited silently mid-stop, and every e2e
 // system's teardown then failed on a still-mounted sandbox disk.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+// Every agent also makes a cgroup subtree of its own (`kruise-<id>`, in the v2 tree and each v1
+// limit hierarchy): it goes when the agent stops holding no sandbox, and stays while one lives.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
@@ -12,10 +15,36 @@ import { startSystem, type System } from "../../scripts/lib/system.ts";
 
 let sys: System | undefined;
 const dataDir = mkdtempSync(join(tmpdir(), "sbx-agent-stop-"));
+const keepDir = mkdtempSync(join(tmpdir(), "sbx-agent-keep-"));
 afterAll(async () => {
   await sys?.stop();
   rmSync(dataDir, { recursive: true, force: true });
+  // An agent that keeps its sandboxes keeps its spare disks mounted for the next one: none comes.
+  const mounted = readFileSync("/proc/self/mountinfo", "utf8").split("\n").map((l) => l.split(" ")[4] ?? "");
+  for (const at of mounted.filter((m) => m.startsWith(`${keepDir}/`)).reverse()) execFileSync("umount", ["-d", at]);
+  rmSync(keepDir, { recursive: true, force: true });
 });
+
+/** The cgroup directories of the agent of a system's data dir, in every hierarchy (a v1 one may
+ * nest it under the agent's own cgroup, a few levels down). */
+function agentCgroups(systemDir: string): string[] {
+  const name = `kruise-${readFileSync(join(systemDir, "agent", "agent-id"), "utf8").trim().slice(-12)}`;
+  const found: string[] = [];
+  const walk = (dir: string, depth: number) => {
+    let entries: string[];
+    try {
+      entries = readdirSync(dir, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      if (e === name) found.push(join(dir, e));
+      else if (depth > 0) walk(join(dir, e), depth - 1);
+    }
+  };
+  walk("/sys/fs/cgroup", 3);
+  return found;
+}
 
 describe("an agent's stop", () => {
   it("destroys its sandboxes, one with internet access included: no mount or process of theirs is left", async () => {
@@ -24,9 +53,34 @@ describe("an agent's stop", () => {
     expect((await sbx.commands.run("echo up")).stdout).toBe("up\n");
     const mounts = () => readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((l) => l.includes(dataDir));
     expect(mounts().length).toBeGreaterThan(0);
+    expect(agentCgroups(dataDir).length).toBeGreaterThan(0);
     await sys.stop();
     sys = undefined;
     expect(mounts()).toEqual([]);
+    expect(agentCgroups(dataDir)).toEqual([]);
     expect(readFileSync(join(dataDir, "agent.log"), "utf8")).toMatch(/"msg":"destroyed (\d+) of \1 sandboxes/);
+  });
+
+  it("that keeps its sandboxes keeps its cgroups while one runs, and removes them once none is left", async () => {
+    sys = await startSystem({ dataDir: keepDir, onExit: "keep", baseReplicas: 0 });
+    const sbx = await Sandbox.create({ apiUrl: sys.apiUrl, apiKey: sys.apiKey, sandboxUrl: sys.apiUrl, requestTimeoutMs: 60_000 });
+    expect((await sbx.commands.run("echo up")).stdout).toBe("up\n");
+    const dirs = agentCgroups(keepDir);
+    expect(dirs.length).toBeGreaterThan(0);
+    // A restart that keeps the sandbox keeps the subtree it runs in.
+    await sys.stopAgent();
+    expect(agentCgroups(keepDir)).toEqual(dirs);
+    await sys.startAgent();
+    expect((await sbx.commands.run("echo still")).stdout).toBe("still\n");
+    await sbx.kill();
+    // The kill is answered before the agent has ended it: the stop below must find nothing left.
+    const children = () => dirs.flatMap((d) => readdirSync(d, { withFileTypes: true }).filter((e) => e.isDirectory()));
+    for (const deadline = Date.now() + 30_000; children().length > 0 && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 100));
+    expect(children()).toEqual([]);
+    await sys.stopAgent();
+    expect(agentCgroups(keepDir)).toEqual([]);
+    for (const d of dirs) expect(existsSync(d)).toBe(false);
+    await sys.stop();
+    sys = undefined;
   });
 });
