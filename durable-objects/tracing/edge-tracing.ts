@@ -92,29 +92,45 @@ function tracer(env: TracingEnv): FlushedSpanProcessor | null {
 
 /** How often the isolate exports what it buffered. */
 const FLUSH_MS = 1_000;
+/**
+ * How long an armed export is waited for before it is taken for abandoned. Its wait is a timer of
+ * the request or Durable Object call that armed it, kept alive by that caller's `waitUntil`: a
+ * Worker request's survives its client leaving (workerd drains waitUntil after a cancel), but a
+ * Durable Object's timers go with the object when it is reset or evicted, and a timer that never
+ * fires left `pending` set for good: no export from this isolate again (the TtlCache and metrics
+ * flush had this shape, edge-metrics.ts FLUSH_JOIN_MS). Past this the next caller arms another;
+ * one merely late then exports beside it (two disjoint batches).
+ */
+export const ARMED_FORGOTTEN_MS = 3 * FLUSH_MS;
 let lastFlush = 0;
-let pending: Promise<void> | null = null;
+let pending: { armed: number } | null = null;
 
 /**
  * The isolate's next export, at most one per FLUSH_MS, for `waitUntil` at the end of a request or
  * DO call: it takes every span ended until it runs, so each span is exported within about FLUSH_MS
  * (workerd drops a request's timers when it ends, so the batch timer cannot be relied on). Only the
  * caller that starts it gets it to hold (its timer lives in that caller's context); the others get
- * nothing to wait for, which spared a `waitUntil` per request (~0.5 % of the isolate's CPU).
+ * nothing to wait for, which spared a `waitUntil` per request (~0.5 % of the isolate's CPU), unless
+ * it was armed ARMED_FORGOTTEN_MS ago (its caller's context gone): then this caller arms the next.
  * An export per request cost ~40 % more workerd CPU per create. With nothing buffered (an
  * unsampled request's calls) it arms nothing, as with tracing off: every span's end is followed by
  * a call here from the request or call it ended in, which then arms the export.
  */
 export function flushEdgeTraces(): Promise<void> | undefined {
-  if (!provider || pending || provider.buffered === 0) return undefined;
+  if (!provider || provider.buffered === 0) return undefined;
+  const now = Date.now();
+  if (pending && now - pending.armed < ARMED_FORGOTTEN_MS) return undefined;
   const p = provider;
-  const wait = Math.max(0, lastFlush + FLUSH_MS - Date.now());
-  pending = (wait ? new Promise<void>((r) => setTimeout(r, wait)) : Promise.resolve()).then(() => {
+  const wait = Math.max(0, lastFlush + FLUSH_MS - now);
+  const mine = { armed: now };
+  const flush = (wait ? new Promise<void>((r) => setTimeout(r, wait)) : Promise.resolve()).then(() => {
     lastFlush = Date.now();
-    pending = null;
+    // A late one taken for abandoned leaves the one armed after it in place.
+    if (pending === mine) pending = null;
     return p.forceFlush();
   });
-  return pending;
+  pending = mine;
+  return flush;
 }
 
 export function tracingOn(env: TracingEnv): boolean {
