@@ -487,8 +487,10 @@ export async function run(): Promise<Figures> {
     if (windowProfiler && EDGE_PROFILE) writeFileSync(EDGE_PROFILE, JSON.stringify(await windowProfiler.stop()));
     figures["e2e.settle_after_window_ms"] = { value: round(settleMs), unit: "ms" };
     figures["e2e.settle_pool_asks"] = { value: settleAsks.n, unit: "requests" };
-    figures["e2e.create_first_cmd_p50_ms"] = { value: round(median(createFirst)), unit: "ms", target: "≤ 50" };
-    figures["e2e.create_first_cmd_p99_ms"] = { value: round(percentile(createFirst, 99)), unit: "ms", target: "≤ 150" };
+    // No target: issue 16 withdrew issue 4's ≤ 50 / ≤ 150 ms (at 20 clients on 2 cores the latency is
+    // the machine's CPU, 20 × CPU per operation ÷ cores); e2e.queueing_ratio is what it states instead.
+    figures["e2e.create_first_cmd_p50_ms"] = { value: round(median(createFirst)), unit: "ms" };
+    figures["e2e.create_first_cmd_p99_ms"] = { value: round(percentile(createFirst, 99)), unit: "ms" };
     figures["e2e.create_p50_ms"] = { value: round(median(creates)), unit: "ms" };
     figures["e2e.first_cmd_p50_ms"] = { value: round(median(firstCmds)), unit: "ms" };
     // Whether 20 clients saturate the machine: busy share of all cores (the whole machine's, so other
