@@ -232,12 +232,18 @@ describe("a sandbox whose pid 1 ends by itself", () => {
       expect((await next.ensure(d)).phase).toBe("Running");
       expect((await shIn(next, d.id, "echo adopted")).stdout).toBe("adopted\n");
       await killedAndBack(next, adoptDir, d, heard);
-      // Timed too (adopted), then ended by the driver itself: a Stop pause and a destroy. The
-      // timer's looks (several in 1.5 s) find them ended and report neither.
+      // Timed too (adopted), then ended by the driver itself: a Stop pause and a destroy. Each
+      // drops its watch as it ends the holder (the descriptor closed when the call returns, before
+      // any look of the timer's could have), and the timer's looks (several in 1.5 s) report neither.
       for (const s of [paused, gone]) expect((await next.ensure(s)).phase).toBe("Running");
+      const [pausedPid, gonePid] = [paused, gone].map((s) => readRecord(layoutFor(adoptDir, s.id).record)!.nsInit!.pid);
+      expect(statDescriptorsOf(pausedPid)).toHaveLength(1);
+      expect(statDescriptorsOf(gonePid)).toHaveLength(1);
       heard.length = 0;
       await next.ensure({ ...paused, generation: 2, state: "Paused", pauseStrategy: "Stop" });
+      expect(statDescriptorsOf(pausedPid)).toEqual([]);
       await next.destroy(gone.id);
+      expect(statDescriptorsOf(gonePid)).toEqual([]);
       await new Promise((r) => setTimeout(r, 1500));
       expect(heard).toEqual([]);
     } finally {
