@@ -16,6 +16,7 @@ import { startSystem, type System } from "../../scripts/lib/system.ts";
 let sys: System | undefined;
 const dataDir = mkdtempSync(join(tmpdir(), "sbx-agent-stop-"));
 const keepDir = mkdtempSync(join(tmpdir(), "sbx-agent-keep-"));
+const stopDir = mkdtempSync(join(tmpdir(), "sbx-agent-stopped-"));
 afterAll(async () => {
   await sys?.stop();
   rmSync(dataDir, { recursive: true, force: true });
@@ -23,6 +24,7 @@ afterAll(async () => {
   const mounted = readFileSync("/proc/self/mountinfo", "utf8").split("\n").map((l) => l.split(" ")[4] ?? "");
   for (const at of mounted.filter((m) => m.startsWith(`${keepDir}/`)).reverse()) execFileSync("umount", ["-d", at]);
   rmSync(keepDir, { recursive: true, force: true });
+  rmSync(stopDir, { recursive: true, force: true });
 });
 
 /** The cgroup directories of the agent of a system's data dir, in every hierarchy (a v1 one may
@@ -82,5 +84,16 @@ describe("an agent's stop", () => {
     for (const d of dirs) expect(existsSync(d)).toBe(false);
     await sys.stop();
     sys = undefined;
+  });
+
+  it("that stops its sandboxes (npm start's Ctrl-C) keeps them, and leaves no cgroup of its own", async () => {
+    sys = await startSystem({ dataDir: stopDir, onExit: "stop", baseReplicas: 0 });
+    const sbx = await Sandbox.create({ apiUrl: sys.apiUrl, apiKey: sys.apiKey, sandboxUrl: sys.apiUrl, requestTimeoutMs: 60_000 });
+    expect((await sbx.commands.run("echo up")).stdout).toBe("up\n");
+    expect(agentCgroups(stopDir).length).toBeGreaterThan(0);
+    await sys.stop();
+    sys = undefined;
+    expect(agentCgroups(stopDir)).toEqual([]);
+    expect(readFileSync(join(stopDir, "agent.log"), "utf8")).toMatch(/"msg":"stopped 1 of 1 sandboxes/);
   });
 });
