@@ -20,7 +20,7 @@ import { Reconciler, desiredFor } from "./reconciler.ts";
 import { BUILD_DISK_MB, CACHE_BOUND, TemplateBuilder } from "../drivers/local/builder/builder.ts";
 import { RetiredTemplates } from "../drivers/local/builder/retire.ts";
 import { RootfsStore } from "../drivers/local/rootfs/store.ts";
-import { detectCgroups, removeEmptyParents } from "../drivers/local/cgroups.ts";
+import { detectCgroups } from "../drivers/local/cgroups.ts";
 import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
 import { SandboxLogs } from "./sandbox-logs.ts";
 import { StartCommands } from "./start-commands.ts";
@@ -102,14 +102,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const id = agentId(opts.dataDir);
   // Each installation gets its own cgroup subtree: the driver treats cgroups without a record as
   // its own leftovers, so two agents on one host must never share one.
-  const cgroupName = `kruise-${id.slice(-12)}`;
-  const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName, spareDisks: 2 });
+  const driver = opts.driver ?? new LocalDriver({ dataDir: join(opts.dataDir, "local"), level: opts.level, cgroupName: `kruise-${id.slice(-12)}`, spareDisks: 2 });
   // The subtree outlives the agent only while a sandbox is in it: every start of a fresh data dir
   // (each test's agent, each `npm start`) otherwise left one empty cgroup per hierarchy behind.
   // Only an empty one goes (the kernel refuses to remove a cgroup with processes or children), and
-  // only once nothing of the agent creates sandboxes any more; the next start makes it again.
+  // only once nothing of the agent creates sandboxes any more; the next start makes it again. A
+  // driver given to the agent is its owner's to dispose (it may serve another agent after this).
   const removeCgroupsIfEmpty = () => {
-    if (!opts.driver) removeEmptyParents(cgroupName);
+    if (!opts.driver && driver instanceof LocalDriver) driver.removeEmptyParents();
   };
   const runtimeLog = logger("runtime");
   // Stop-paused sandboxes' code contexts are kept on disk too: they outlive an agent restart.

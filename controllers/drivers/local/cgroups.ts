@@ -225,11 +225,3 @@ export function removeParents(layout: CgroupLayout): void {
     }
   }
 }
-
-/** Removes the parents `detectCgroups(name)` gives (no override), each only if it is empty: the
- * kernel refuses to remove a cgroup holding a process or a child (a kept sandbox's). Found through
- * detectCgroups so where they are has one rule (one it finds missing is made and removed again). */
-export function removeEmptyParents(name: string): void {
-  const { layout } = detectCgroups(name);
-  if (layout) removeParents(layout);
-}

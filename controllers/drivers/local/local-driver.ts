@@ -378,10 +378,18 @@ export class LocalDriver implements Driver {
   /** Removes the driver's (empty) parent cgroups and spare disks and stops its spawner; sandboxes
    * themselves are left alone. Done when the spare disks are (the data directory may go next). */
   async dispose(): Promise<void> {
-    if (this.#cgroups) removeParents(this.#cgroups);
+    this.removeEmptyParents();
     await Promise.all([this.#spares?.dispose(), this.#snapshots.dispose(), ...this.#trashRemovals]);
     void this.#spawner.dispose();
     this.closeHelpers();
+  }
+
+  /** Removes the parent cgroups this driver made at start, each only if it is empty: the kernel
+   * refuses to remove a cgroup holding a process or a child (a kept sandbox's). The layout is the
+   * one found at start, so a driver that runs without cgroups (`--level bwrap`/`process`) touches
+   * none, and nothing is made or enabled on the way (as finding the layout again would). */
+  removeEmptyParents(): void {
+    if (this.#cgroups) removeParents(this.#cgroups);
   }
 
   /** Stops this process's port relay and egress proxy and removes their socket directories: an
