@@ -125,7 +125,8 @@ export function flushEdgeTraces(): Promise<void> | undefined {
   const mine = { armed: now };
   const flush = (wait ? new Promise<void>((r) => setTimeout(r, wait)) : Promise.resolve()).then(() => {
     lastFlush = Date.now();
-    // A late one taken for abandoned leaves the one armed after it in place.
+    // A late one taken for abandoned leaves the one armed after it in place, so one export stays
+    // armed (tracing-abandoned.test.ts "fires late" fails without this check).
     if (pending === mine) pending = null;
     return p.forceFlush();
   });

@@ -2,7 +2,8 @@
 // workerd drops that timer with its context (a Durable Object reset or evicted mid-wait: the
 // timer neither fires nor fails): the export it armed never runs, and before, no caller armed
 // another one again, so the isolate exported no span for the rest of its life. Emulated here by
-// clearing the armed timer: spans of later requests must still reach the collector.
+// clearing the armed timer: spans of later requests must still reach the collector. A timer taken
+// for abandoned that fires late after all must leave the export armed since then as the one armed.
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -51,5 +52,34 @@ describe("the edge's trace export", () => {
     expect(next).toBeDefined();
     await next;
     expect(exports).toBe(2);
+  });
+
+  it("keeps one export armed when a timer taken for abandoned fires late after all", async () => {
+    endedRequest();
+    await flushEdgeTraces(); // an export just ran: the next armed one waits on a timer
+
+    endedRequest();
+    let late: (() => void) | undefined;
+    const spy = vi.spyOn(globalThis, "setTimeout").mockImplementationOnce(((fn: () => void) => {
+      late = fn; // held back: this timer fires only when the test says so
+      return 0;
+    }) as unknown as typeof setTimeout);
+    const first = flushEdgeTraces();
+    spy.mockRestore();
+    expect(first).toBeDefined();
+    expect(late).toBeDefined();
+
+    await new Promise((r) => setTimeout(r, ARMED_FORGOTTEN_MS + 50));
+    endedRequest();
+    await flushEdgeTraces(); // the first taken for abandoned: this one arms and exports at once
+    endedRequest();
+    const armed = flushEdgeTraces(); // waits FLUSH_MS on a live timer
+    expect(armed).toBeDefined();
+
+    late!(); // the first's timer fires after all: it must not clear the one armed since
+    await first;
+    endedRequest();
+    expect(flushEdgeTraces()).toBeUndefined(); // still one armed: nothing more to hold
+    await armed;
   });
 });
