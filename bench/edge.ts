@@ -152,12 +152,14 @@ async function runEdge(ctx: BenchContext, baseline: Omit<Awaited<ReturnType<type
         `pool claimed ${warm.claimed}, on demand ${warm.createdOnDemand}; ` +
         `sequential median 100 ${median(small).toFixed(2)} ms, 10k ${median(large).toFixed(2)} ms`,
     );
+    // No latency or throughput target at 50 clients: issue 16 withdrew them (on 2 cores they are the
+    // machine's CPU, clients × CPU per claim ÷ cores); it states edge.claim_cpu_ms ≤ 0.45 instead.
     return {
-      "edge.claim_p50_ms": { value: percentile(latencies, 50), unit: "ms", target: "<= 10" },
-      "edge.claim_p99_ms": { value: percentile(latencies, 99), unit: "ms", target: "<= 50" },
-      "edge.claims_per_s": { value: LOAD_CREATES / seconds, unit: "1/s", target: ">= 1000" },
+      "edge.claim_p50_ms": { value: percentile(latencies, 50), unit: "ms" },
+      "edge.claim_p99_ms": { value: percentile(latencies, 99), unit: "ms" },
+      "edge.claims_per_s": { value: LOAD_CREATES / seconds, unit: "1/s" },
       "edge.claim_cost_ratio_10k_vs_100": { value: median(large) / median(small), unit: "ratio", target: "<= 1.2" },
-      "edge.claim_cpu_ms": { value: cpuPerCreate, unit: "ms", target: "<= 1 (for 1000/s)" },
+      "edge.claim_cpu_ms": { value: cpuPerCreate, unit: "ms", target: "<= 0.45" },
       "edge.empty_worker_req_per_s": { value: baseline.empty.perSecond, unit: "1/s" },
       "edge.skeleton_claims_per_s": { value: baseline.bare.perSecond, unit: "1/s" },
       "edge.skeleton_cpu_ms": { value: baseline.bare.cpuMs, unit: "ms" },

@@ -589,8 +589,10 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
     figures["kube.claims_load_before"] = { value: round(loadBefore[0]!, 1), unit: `load average (1, 5, 15 min: ${load(loadBefore)})` };
     figures["kube.claims_load_after"] = { value: round(loadAfter[0]!, 1), unit: `load average (1, 5, 15 min: ${load(loadAfter)})` };
     if (latencies.length) {
-      figures["kube.claim_p50_ms"] = { value: round(pct(latencies, 50)), unit: "ms", target: "<= 50" };
-      figures["kube.claim_p99_ms"] = { value: round(pct(latencies, 99)), unit: "ms", target: "<= 200" };
+      // No target: issue 16 withdrew issue 5's ≤ 50 / ≤ 200 ms (absolute times at 50 clients are the
+      // machine's CPU); kube.claim_vs_edge_claim_ratio is what it states instead.
+      figures["kube.claim_p50_ms"] = { value: round(pct(latencies, 50)), unit: "ms" };
+      figures["kube.claim_p99_ms"] = { value: round(pct(latencies, 99)), unit: "ms" };
       figures["kube.claims_per_s"] = { value: round(latencies.length / claimS), unit: "claims/s" };
     }
     if (edgeLatencies.length) figures["kube.edge_only_claim_p50_ms"] = { value: round(pct(edgeLatencies, 50)), unit: "ms" };
