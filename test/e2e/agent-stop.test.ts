@@ -10,34 +10,37 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { startSystem, type System } from "../../scripts/lib/system.ts";
 
 let sys: System | undefined;
 const dataDir = mkdtempSync(join(tmpdir(), "sbx-agent-stop-"));
 const keepDir = mkdtempSync(join(tmpdir(), "sbx-agent-keep-"));
 const stopDir = mkdtempSync(join(tmpdir(), "sbx-agent-stopped-"));
-afterAll(async () => {
-  try {
-    await sys?.stop();
-  } finally {
-    rmSync(dataDir, { recursive: true, force: true });
-    rmSync(stopDir, { recursive: true, force: true });
-    // An agent that keeps its sandboxes keeps its spare disks mounted for the next one: none comes.
-    // One still busy (a sandbox the keep case could not end) stays, and so does the directory: a
-    // recursive removal would reach through the mount into that sandbox's files.
-    const mounted = readFileSync("/proc/self/mountinfo", "utf8").split("\n").map((l) => l.split(" ")[4] ?? "");
-    const busy: string[] = [];
-    for (const at of mounted.filter((m) => m.startsWith(`${keepDir}/`)).reverse()) {
-      try {
-        execFileSync("umount", ["-d", at], { stdio: "pipe" });
-      } catch {
-        busy.push(at);
-      }
+// A case that failed midway has not stopped its system: the next case would start its own beside
+// it, and the first (sqld, workerd, maybe the agent) would outlive the run.
+afterEach(async () => {
+  const running = sys;
+  sys = undefined;
+  await running?.stop();
+});
+afterAll(() => {
+  rmSync(dataDir, { recursive: true, force: true });
+  rmSync(stopDir, { recursive: true, force: true });
+  // An agent that keeps its sandboxes keeps its spare disks mounted for the next one: none comes.
+  // One still busy (a sandbox the keep case could not end) stays, and so does the directory: a
+  // recursive removal would reach through the mount into that sandbox's files.
+  const mounted = readFileSync("/proc/self/mountinfo", "utf8").split("\n").map((l) => l.split(" ")[4] ?? "");
+  const busy: string[] = [];
+  for (const at of mounted.filter((m) => m.startsWith(`${keepDir}/`)).reverse()) {
+    try {
+      execFileSync("umount", ["-d", at], { stdio: "pipe" });
+    } catch {
+      busy.push(at);
     }
-    if (busy.length === 0) rmSync(keepDir, { recursive: true, force: true });
-    else console.warn(`agent-stop: still mounted, left for cleanup by hand: ${busy.join(", ")}`);
   }
+  if (busy.length === 0) rmSync(keepDir, { recursive: true, force: true });
+  else console.warn(`agent-stop: still mounted, left for cleanup by hand: ${busy.join(", ")}`);
 });
 
 /** The cgroup directories of the agent of a system's data dir, in every hierarchy (a v1 one may
