@@ -11,6 +11,9 @@
 //   e2e_steps.sqld_request_floor_cpu_ms  sqld's CPU per `SELECT 1` over HTTP through the client the
 //                                    edge uses (@libsql/client/web), one at a time: the floor of
 //                                    each libSQL request a step makes
+//   e2e_steps.cycle_cpu_ms.spawner_children  the same window's CPU of the spawner's reaped children
+//                                    (the isolation's tools, the sandboxes' processes; /proc stat's
+//                                    cutime + cstime, 10 ms ticks), beside the parts, not summed
 //   e2e_steps.cycle_cpu_ms.<part>    all the rounds' CPU per create + command + kill, from before the
 //                                    first round to TAIL_MS after the last, floors taken off: what
 //                                    a step sets off later (a group's alarm, an index check) counts
@@ -60,7 +63,7 @@ import { join } from "node:path";
 import { startSystem } from "../scripts/lib/system.ts";
 import { freePort } from "../scripts/lib/sqld.ts";
 import type { Figures } from "./run.ts";
-import { median, minMax, round, spawnerOf, threadsCpuMs } from "./stats.ts";
+import { median, minMax, procCpuMs, round, spawnerOf, threadsCpuMs } from "./stats.ts";
 import { composedFloors, floorByProcess, gapByProcess, hasIsolation, unitFloorFigures, UnitFloorRounds, type UnitFloors } from "./server-floor.ts";
 
 const WARM = 20;
@@ -141,6 +144,7 @@ export async function run(): Promise<Figures> {
     await shell.kill();
     await whole();
     const cycleStart = snap();
+    const childrenStart = procCpuMs(parts.spawner).children;
     const cycleCounted = await invocations();
     const cycleAsks = asks;
     const floorsCpu: Record<string, number> = {};
@@ -181,6 +185,7 @@ export async function run(): Promise<Figures> {
     floors = undefined;
     await new Promise((r) => setTimeout(r, TAIL_MS));
     const cycleEnd = snap();
+    const childrenEnd = procCpuMs(parts.spawner).children;
     if (MARKS) writeFileSync(MARKS, JSON.stringify({ steps: STEPS, marks, parts }));
     if (COUNT) {
       for (const [step, byKind] of Object.entries(calls)) {
@@ -223,6 +228,10 @@ export async function run(): Promise<Figures> {
       cycle += ours[k];
       figures[`e2e_steps.cycle_cpu_ms.${k}`] = { value: round(ours[k], 2), unit: "ms" };
     }
+    // Not a server part (not in the sum): what the spawner's children cost, the sandboxes' own
+    // processes and the isolation's tools (disk script, userns.pl, umount, rm), reaped ones only,
+    // in 10 ms ticks; the floors' spawns (the command floor has a spawner of its own) are not here.
+    figures["e2e_steps.cycle_cpu_ms.spawner_children"] = { value: round((childrenEnd - childrenStart) / STEPS / ROUNDS, 2), unit: "ms" };
     Object.assign(figures, unitFloorFigures("e2e_steps", floorRounds));
     const cmdFloorCpu = floorRounds.map((f) => f.cmdServer + f.cmdSpawner);
     const cmdOurs = per.cmd!.agent!.map((a, i) => a + per.cmd!.spawner![i]!);

@@ -14,6 +14,9 @@
 //   a request line (id, file, args, NUL-separated), the child's stdio opened and its environment
 //   set after the fork, a reply with the pid, another with the exit status (the measured potential
 //   of a resident Perl spawner: docs/ARCHITECTURE.md, "The spawner's CPU per spawn").
+// - spawner_flags (only with SPAWN_FLOOR_FLAGS="<node flags>"): the spawner side again, through a
+//   second spawner started with those flags added (SBX_SPAWNER_NODE_ARGS): whether a flag makes
+//   its forks cheaper, same run; spawn_floor.spawner_flags_vs_spawner_ratio per round.
 // The figure per side is its process's main thread on-CPU time (schedstat, ns) over a round, per
 // spawn: fork's copy of the page tables is charged to the parent, the exec and exit to the child.
 // The agent's side (this process: the requests, replies, pool refills) is reported apart.
@@ -186,8 +189,10 @@ export async function run(_ctx?: unknown, rounds = 7): Promise<Figures> {
   // What a fork copies grows with the parent's resident memory and its page tables.
   const size: Figures = {};
   const add = (k: string, cpu: number, agent = 0) => ((sides[k] ??= { cpu: [], agent: [] }).cpu.push(cpu / PER_ROUND), sides[k].agent.push(agent / PER_ROUND));
-  const viaSpawner = async (pipes: boolean) => {
-    const p = await spawner.spawn({ file: TRUE, args: [], cwd: "/", env: ENV }, { detached: false, stdio: pipes ? ["ignore", "pipe", "pipe"] : ["ignore", "ignore", "ignore"] });
+  const FLAGS = process.env.SPAWN_FLOOR_FLAGS;
+  const flagged = FLAGS ? new Spawner() : undefined;
+  const viaSpawner = async (pipes: boolean, through = spawner) => {
+    const p = await through.spawn({ file: TRUE, args: [], cwd: "/", env: ENV }, { detached: false, stdio: pipes ? ["ignore", "pipe", "pipe"] : ["ignore", "ignore", "ignore"] });
     const ends = [...p.pipes.values()].map((s: Readable) => new Promise((ok) => s.once("close", ok).resume()));
     const exit = await new Promise<LaunchedExit>((ok) => p.onExit(ok));
     await Promise.all(ends);
@@ -196,13 +201,31 @@ export async function run(_ctx?: unknown, rounds = 7): Promise<Figures> {
   try {
     // Warm every side: the spawner starts, its pool fills, the residents load.
     for (let i = 0; i < 20; i++) await viaSpawner(i % 2 === 0);
+    if (flagged) {
+      // Its process starts at its first spawn, with the flags spawner.ts reads then.
+      const had = process.env.SBX_SPAWNER_NODE_ARGS;
+      process.env.SBX_SPAWNER_NODE_ARGS = `${had ?? ""} ${FLAGS}`;
+      try {
+        await viaSpawner(false, flagged);
+      } finally {
+        if (had === undefined) delete process.env.SBX_SPAWNER_NODE_ARGS;
+        else process.env.SBX_SPAWNER_NODE_ARGS = had;
+      }
+      for (let i = 0; i < 20; i++) await viaSpawner(i % 2 === 0, flagged);
+    }
     await node.run(20);
     await perl.run(20);
     for (let i = 0; i < 20; i++) await perlServer.spawn(++requests);
     const sp = spawner.pid!;
     const rand = seededRandom(16);
     for (let r = 0; r < rounds; r++) {
-      for (const side of shuffle(["spawner", "spawner_pipes", "node", "perl", "perl_server"], rand)) {
+      for (const side of shuffle(["spawner", "spawner_pipes", "node", "perl", "perl_server", ...(flagged ? ["spawner_flags"] : [])], rand)) {
+        if (side === "spawner_flags") {
+          const [t, a] = [schedMs(flagged!.pid!), agentMs()];
+          for (let i = 0; i < PER_ROUND; i++) await viaSpawner(false, flagged);
+          add(side, schedMs(flagged!.pid!) - t, agentMs() - a);
+          continue;
+        }
         if (side === "node" || side === "perl") {
           const res = side === "node" ? node : perl;
           const t = schedMs(res.pid);
@@ -221,7 +244,8 @@ export async function run(_ctx?: unknown, rounds = 7): Promise<Figures> {
         add(side, schedMs(sp) - t, agentMs() - a);
       }
     }
-    for (const [k, pid] of [["spawner", sp], ["node", node.pid], ["perl", perl.pid]] as const) {
+    const pids: [string, number][] = [["spawner", sp], ["node", node.pid], ["perl", perl.pid], ...(flagged ? [["spawner_flags", flagged.pid!] as [string, number]] : [])];
+    for (const [k, pid] of pids) {
       size[`spawn_floor.${k}_rss_mb`] = { value: round(statusKB(pid) / 1024, 1), unit: "MB" };
       size[`spawn_floor.${k}_page_tables_kb`] = { value: statusKB(pid, "VmPTE"), unit: "KB" };
     }
@@ -230,6 +254,7 @@ export async function run(_ctx?: unknown, rounds = 7): Promise<Figures> {
     perl.stop();
     perlServer.stop();
     await spawner.dispose();
+    await flagged?.dispose();
   }
   const fig = (xs: number[]) => ({ value: round(median(xs), 3), unit: "ms", spread: minMax(xs, 3) });
   const ratio = (a: number[], b: number[]) => {
@@ -250,6 +275,11 @@ export async function run(_ctx?: unknown, rounds = 7): Promise<Figures> {
     "spawn_floor.spawner_vs_perl_ratio": ratio(sides.spawner!.cpu, sides.perl!.cpu),
     "spawn_floor.spawner_pipes_vs_perl_ratio": ratio(sides.spawner_pipes!.cpu, sides.perl!.cpu),
     "spawn_floor.spawner_vs_perl_server_ratio": ratio(sides.spawner!.cpu, sides.perl_server!.cpu),
+    ...(flagged && {
+      "spawn_floor.spawner_flags_cpu_ms_each": fig(sides.spawner_flags!.cpu),
+      "spawn_floor.agent_flags_cpu_ms_each": fig(sides.spawner_flags!.agent),
+      "spawn_floor.spawner_flags_vs_spawner_ratio": ratio(sides.spawner_flags!.cpu, sides.spawner!.cpu),
+    }),
     ...size,
     "spawn_floor.load_1min": { value: round(loadavg()[0]!), unit: "" },
   };

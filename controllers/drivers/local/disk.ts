@@ -123,11 +123,18 @@ function readOrEmpty(file: string): string {
  * the spawner's pooled connections (a connect and an accept to refill it, and the stream's events)
  * for what is nearly always nothing. */
 export async function runHelper(spawner: Spawner, args: string[], cwd = "/"): Promise<void> {
+  const { exit, stderr } = await helperExit(spawner, args, cwd);
+  if (exit.error || exit.code !== 0) throw new Error(`${args[0] === "/bin/sh" ? "sh" : args[0]}: ${exit.error ?? (stderr.trim() || `exit ${exit.code ?? exit.signal}`)}`);
+}
+
+/** The same, answering how it ended (and the first 2000 bytes of its stderr when that was not
+ * exit 0) for a caller that tells its exit codes apart. */
+export async function helperExit(spawner: Spawner, args: string[], cwd = "/"): Promise<{ exit: LaunchedExit; stderr: string }> {
   const errFile = spawner.scratchFile("helper-stderr");
   try {
     const child = await spawner.spawn({ file: args[0]!, args: args.slice(1), cwd, env: ENV }, { detached: false, stdio: ["ignore", "ignore", { append: errFile }] });
     const exit = await new Promise<LaunchedExit>((ok) => child.onExit(ok));
-    if (exit.error || exit.code !== 0) throw new Error(`${args[0] === "/bin/sh" ? "sh" : args[0]}: ${exit.error ?? (head(errFile, 2000).trim() || `exit ${exit.code ?? exit.signal}`)}`);
+    return { exit, stderr: exit.error || exit.code !== 0 ? head(errFile, 2000) : "" };
   } finally {
     rmSync(errFile, { force: true });
   }

@@ -33,13 +33,16 @@ export interface SyscallNumbers {
   splice: number;
   /** clone3 (5.3+, the unified table: the same number everywhere); the tests' pid squatter. */
   clone3: number;
+  /** A sandbox's unmount before its directory's deletion, in the helper that then becomes `rm`
+   * (remove-tree.ts `unmountThenRemove`): no `umount` process of its own. */
+  umount2: number;
 }
 
 /** From the kernel's syscall tables: arch/x86/entry/syscalls/syscall_64.tbl and
  * include/uapi/asm-generic/unistd.h (arm64). */
 const SYSCALLS: Record<string, SyscallNumbers> = {
-  x64: { setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 275, clone3: 435 },
-  arm64: { setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 76, clone3: 435 },
+  x64: { setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 275, clone3: 435, umount2: 166 },
+  arm64: { setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 76, clone3: 435, umount2: 39 },
 };
 
 export function syscallNumbers(cpu: string = arch()): SyscallNumbers {

@@ -31,7 +31,7 @@ import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
 import { caEnv, caInstallScript } from "./egress-l7.ts";
 import { removeTree } from "./remove-tree.ts";
-import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountRoot, unmountSandbox, writeIdentity } from "./root-overlay.ts";
+import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountAndRemoveSandbox, unmountRoot, unmountSandbox, writeIdentity } from "./root-overlay.ts";
 import { RootfsStore } from "./rootfs/store.ts";
 import { IDENTITY } from "./id-map.ts";
 import { shiftOwners } from "./shift-owners.ts";
@@ -1293,12 +1293,14 @@ export class LocalDriver implements Driver {
       if (rec?.net?.veth && this.#net) await this.#net.detach(rec.net.veth, this.#relay).catch(() => {});
       if (rec?.net?.veth) this.#tabled.delete(rec.net.veth);
       this.#egress.forget(id);
-      // Before the directory moves: the trash is deleted file by file, never through a mount.
-      await unmountSandbox(this.#spawner, layout.merged, layout.disk);
-      // While the record still names the address, so no other driver takes the lease over first.
+      // Before the directory moves: the trash is deleted file by file, never through a mount. With
+      // a disk, the unmount and the deletion are one helper process (root-overlay.ts).
+      const removed = await unmountAndRemoveSandbox(this.#spawner, layout.merged, layout.disk, layout.dir);
+      // After the unmount (a range's uids must not reach the last sandbox's mounts); a lease whose
+      // record went with `removed` is still released (leases compare the record's path).
       this.#net?.release(rec?.net?.address, layout.record);
       this.#uids?.release(rec?.userns, layout.record);
-      await this.#removeDir(layout.dir);
+      if (!removed) await this.#removeDir(layout.dir);
       forgetRecord(layout.record);
       this.#records.delete(id);
       this.#holderChecked.delete(id);

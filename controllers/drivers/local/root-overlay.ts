@@ -14,6 +14,7 @@ import { dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
 import { resolvConf } from "./layout.ts";
+import { unmountThenRemove } from "./remove-tree.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
 import type { Spawner } from "./spawner.ts";
 import { IDENTITY, idToHost, type IdMapping } from "./id-map.ts";
@@ -117,12 +118,7 @@ export async function unmountRoot(spawner: Spawner, merged: string): Promise<voi
  * process, in that order (each is in use by the one before), where they were three or more; when
  * one of them is busy, what is left goes the one by one way (lazily where still busy). */
 export async function unmountSandbox(spawner: Spawner, merged: string, disk: string): Promise<void> {
-  const links = join(dirname(merged), "layers");
-  // A mounted root stands on its layers, so its layer directories are mount points. An unmounted
-  // one (a Stop pause leaves the empty directories) takes the mount table's word for them.
-  const rooted = isMounted(merged);
-  const layers = rooted ? layerMounts(links) : mayHoldMounts(links) ? mountsUnder(links) : [];
-  const targets = [...(rooted ? [merged] : []), ...layers, ...(isMounted(disk) ? [disk] : [])];
+  const targets = sandboxMounts(merged, disk);
   if (targets.length > 1) {
     try {
       await runHelper(spawner, ["umount", ...targets]);
@@ -131,8 +127,43 @@ export async function unmountSandbox(spawner: Spawner, merged: string, disk: str
       // one was busy: the path below finds what is still mounted
     }
   }
+  await unmountOneByOne(spawner, merged, disk);
+}
+
+/** What is mounted of a sandbox, in the order it unmounts: its root, its ID-mapped layers, its disk. */
+function sandboxMounts(merged: string, disk: string): string[] {
+  const links = join(dirname(merged), "layers");
+  // A mounted root stands on its layers, so its layer directories are mount points. An unmounted
+  // one (a Stop pause leaves the empty directories) takes the mount table's word for them.
+  const rooted = isMounted(merged);
+  const layers = rooted ? layerMounts(links) : mayHoldMounts(links) ? mountsUnder(links) : [];
+  return [...(rooted ? [merged] : []), ...layers, ...(isMounted(disk) ? [disk] : [])];
+}
+
+async function unmountOneByOne(spawner: Spawner, merged: string, disk: string): Promise<void> {
   await unmountRoot(spawner, merged);
   await unmountDisk(spawner, disk);
+}
+
+/** A destroy's unmount and deletion of the sandbox's directory `dir` (its `merged` and `disk`
+ * below it), as one helper process where the sandbox has a disk: then all it wrote is in the
+ * image, so the deletion is a few files and destroy may wait for it (remove-tree.ts
+ * `unmountThenRemove`; a process and a fork of the spawner fewer per destroy). Nothing is deleted
+ * before every mount is gone: a mount that will not go leaves the directory whole, and what is
+ * left unmounts as unmountSandbox's fallback does (lazily where busy; rejecting as it does).
+ * Answers whether `dir` is gone; when not, the caller deletes it (its trash), as after
+ * unmountSandbox. */
+export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, disk: string, dir: string): Promise<boolean> {
+  const targets = sandboxMounts(merged, disk);
+  // Without a disk the writable layer is a tree the tenant shaped, in `dir`: its deletion is not
+  // waited for (the caller's trash).
+  if (targets.at(-1) !== disk) {
+    if (targets.length > 0) await unmountSandbox(spawner, merged, disk);
+    return false;
+  }
+  const r = await unmountThenRemove(spawner, dir, targets);
+  if (r.done === "not-unmounted") await unmountOneByOne(spawner, merged, disk);
+  return r.done === "removed";
 }
 
 /** The ID-mapped layers' mount points below `links` of a mounted root, as its directories say

@@ -223,8 +223,8 @@ describe("enter.pl's environment file", () => {
 
 describe("syscall numbers", () => {
   it("one table per architecture; any other is refused by name", () => {
-    expect(syscallNumbers("x64")).toEqual({ setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 275, clone3: 435 });
-    expect(syscallNumbers("arm64")).toEqual({ setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 76, clone3: 435 });
+    expect(syscallNumbers("x64")).toEqual({ setns: 308, prctl: 157, unshare: 272, mount: 165, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 275, clone3: 435, umount2: 166 });
+    expect(syscallNumbers("arm64")).toEqual({ setns: 268, prctl: 167, unshare: 97, mount: 40, openTree: 428, mountSetattr: 442, moveMount: 429, splice: 76, clone3: 435, umount2: 39 });
     expect(() => syscallNumbers("riscv64")).toThrow(/no syscall numbers for riscv64 \(supported: x64, arm64\)/);
   });
 });

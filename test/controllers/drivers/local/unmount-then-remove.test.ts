@@ -1,0 +1,55 @@
+// remove-tree.ts `unmountThenRemove`, a destroy's unmount and deletion in one helper process (root):
+// nothing is deleted while a mount below the directory stays, even a bind mount of the same file
+// system, which `rm --one-file-system` would walk through; once it unmounts, the directory goes and
+// what was mounted there is untouched.
+import { execFileSync } from "node:child_process";
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { unmountThenRemove } from "../../../../controllers/drivers/local/remove-tree.ts";
+import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
+import { mountsUnder } from "../../../../controllers/drivers/local/userns.ts";
+
+const top = mkdtempSync(join(tmpdir(), "unmount-then-remove-"));
+const spawner = new Spawner();
+afterAll(async () => {
+  await spawner.dispose();
+  for (const at of mountsUnder(top)) execFileSync("umount", ["-l", at]);
+  rmSync(top, { recursive: true, force: true });
+}, 30_000);
+
+/** `dir` with a file of its own and `dir/m`, a bind mount of `kept` (the same file system). */
+function sandboxDir(name: string): { dir: string; kept: string; m: string } {
+  const dir = join(top, name);
+  const kept = join(top, `${name}-kept`);
+  mkdirSync(join(dir, "m"), { recursive: true });
+  mkdirSync(kept);
+  writeFileSync(join(kept, "precious"), "kept");
+  writeFileSync(join(dir, "record"), "x");
+  execFileSync("mount", ["--bind", kept, join(dir, "m")]);
+  return { dir, kept, m: join(dir, "m") };
+}
+
+describe("unmountThenRemove", { timeout: 30_000 }, () => {
+  it("deletes nothing while a mount below stays (busy), says which; then unmounts and deletes the directory, never through the mount", async () => {
+    const { dir, kept, m } = sandboxDir("busy");
+    const fd = openSync(join(m, "precious"), "r");
+    let r: Awaited<ReturnType<typeof unmountThenRemove>>;
+    try {
+      r = await unmountThenRemove(spawner, dir, [m]);
+    } finally {
+      closeSync(fd);
+    }
+    expect(r.done).toBe("not-unmounted");
+    expect(r.why).toContain(`umount ${m}`);
+    expect(mountsUnder(dir)).toEqual([m]);
+    expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
+    expect(existsSync(join(dir, "record"))).toBe(true);
+
+    expect(await unmountThenRemove(spawner, dir, [m])).toEqual({ done: "removed", why: "" });
+    expect(existsSync(dir)).toBe(false);
+    expect(mountsUnder(dir)).toEqual([]);
+    expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
+  });
+});
