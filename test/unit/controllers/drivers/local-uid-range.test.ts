@@ -1,11 +1,11 @@
 // The uid-range allocator's pure parts: slots above the base, never a host user's or group's id,
 // a subordinate range or id 0, and the host lease walk (a temporary lease directory stands in for
 // /run/kruise-uids).
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { DEFAULT_UID_BASE, hostIdRanges, overlaps, RANGE_SIZE, slotCount, slotRange, UidRanges, usableSlot } from "../../../../controllers/drivers/local/uid-range.ts";
+import { DEFAULT_UID_BASE, HostIds, hostIdRanges, overlaps, RANGE_SIZE, slotCount, slotRange, UidRanges, usableSlot } from "../../../../controllers/drivers/local/uid-range.ts";
 
 const files: Record<string, string> = {
   "/etc/passwd": "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/:/bin/false\nbig:x:1114112:1114112::/:/bin/false\n",
@@ -54,5 +54,27 @@ describe("uid ranges", () => {
     expect(ranges.keep(b, "/nowhere/c/record.json")).not.toEqual(b);
     ranges.release(a, "/nowhere/a/record.json");
     expect(new UidRanges(2 ** 30, dir).keep(a, "/nowhere/d/record.json")).toEqual(a);
+  });
+
+  it("sees a host user added after the first lease, and reads the files once while none changes", () => {
+    const root = join(dir, "host");
+    mkdirSync(join(root, "etc"), { recursive: true });
+    const passwd = (uid: number) => writeFileSync(join(root, "etc/passwd"), `root:x:0:0::/root:/bin/sh\nu:x:${uid}:${uid}::/:/bin/sh\n`);
+    writeFileSync(join(root, "etc/group"), "root:x:0:\n");
+    passwd(1114112);
+    // A minute on: the files' changes are past the racy window.
+    const later = new HostIds(root, () => Date.now() + 60_000);
+    const first = later.ranges();
+    expect(first).toContainEqual({ base: 1114112, size: 1 });
+    expect(later.ranges()).toBe(first);
+    // Slot 2 of the default base, which a lease would have handed out.
+    passwd(1200000);
+    const next = later.ranges();
+    expect(next).toContainEqual({ base: 1200000, size: 1 });
+    expect(next).not.toContainEqual({ base: 1114112, size: 1 });
+    // Now: the files changed within the racy window, so each look reads them again (a second
+    // change within the same timestamp tick would leave the stamp as it was).
+    const now = new HostIds(root);
+    expect(now.ranges()).not.toBe(now.ranges());
   });
 });
