@@ -498,10 +498,34 @@ function driverConditions(s: SandboxState, obs: Observation, now: number): void 
   }
 }
 
+/**
+ * How long a Failed sandbox is kept before the edge kills it (its host side deleted): while it is,
+ * its conditions and event list say why it failed (`GET /admin/sandboxes/{id}`, the console's
+ * timeline; E2B's API already answers 404 for it), and it counts against its team's quota as a
+ * running one (ledger.ts `holds`). OpenKruise deletes a failed claim at once by default and keeps
+ * one it retains on failure for 5 min (`cleanup-retain-on-failure`); this keeps it as long as a
+ * killed sandbox is remembered.
+ */
+export const FAILED_RETAIN_MS = PURGE_GRACE_MS;
+
+/**
+ * The sandbox failed. Unless an upgrade failed (its update ops run retries it with the next
+ * attempt, so it is kept to its own timeout, still counted), its end moves to FAILED_RETAIN_MS from
+ * the first failure at the latest, also for a never-timeout one: nothing else deletes its host
+ * side, and nobody can use it any more (E2B's API answers 404 for it).
+ */
 function fail(s: SandboxState, reason: string, message: string | undefined, now: number): void {
+  const first = s.phase !== "Failed";
   s.phase = "Failed";
   setCondition(s, "Ready", "False", reason, now, message);
-  if (s.upgrade && !s.upgrade.done) setCondition(s, "Upgrading", "False", "UpgradePodFailed", now, message ?? reason);
+  if (s.upgrade && !s.upgrade.done) {
+    setCondition(s, "Upgrading", "False", "UpgradePodFailed", now, message ?? reason);
+    return;
+  }
+  if (!first) return;
+  const deleteAt = now + FAILED_RETAIN_MS;
+  if (s.endAt === null || s.endAt > deleteAt) s.endAt = deleteAt;
+  note(s, { at: now, type: "Warning", reason, message: `failed${message ? `: ${message}` : ""}; killed (its host side deleted) by ${new Date(s.endAt).toISOString()} at the latest, counted against the team quota until then`, source: "sandbox" });
 }
 
 /** Index rows carry what list shows; a phase change E2B cannot see (Pending → Running) is not written. */
