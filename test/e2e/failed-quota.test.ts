@@ -2,12 +2,14 @@
 // command failed), so it keeps counting against its team's quota until that is deleted: a tenant
 // whose sandboxes fail on purpose cannot hold host resources past the quota. Through the real e2b
 // SDK against a real agent: a template whose ready command the tenant can make fail, a Stop pause
-// and a resume that fails.
+// and a resume that fails. A resume that fails keeps the paused disk to the sandbox's own timeout
+// (the failure may be the platform's), never the 10-min kill of other failures.
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { RateLimitError, Sandbox } from "e2b";
 import { afterAll, describe, expect, inject, it } from "vitest";
 import { layoutFor } from "../../controllers/drivers/local/layout.ts";
+import { FAILED_RETAIN_MS } from "../../durable-objects/sandbox/machine.ts";
 import { readRecord } from "../../controllers/drivers/local/records.ts";
 import { waitFor } from "../support/wait-for.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
@@ -55,7 +57,7 @@ describe("a sandbox that fails", () => {
     const put = await api(`/admin/teams/${team}/templates/${template}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256, startCmd: `exec ${marker}`, readyCmd: "test ! -e /home/user/fail" } } });
     expect(put.status, JSON.stringify(put.body)).toBeLessThan(300);
 
-    const sbx = await Sandbox.create(template, { ...e2b(), apiKey: key, timeoutMs: 600_000 });
+    const sbx = await Sandbox.create(template, { ...e2b(), apiKey: key, timeoutMs: 3_600_000 });
     created.push({ id: sbx.sandboxId, key });
     await sbx.files.write("/home/user/fail", "x");
     expect(await sbx.pause({ keepMemory: false })).toBe(true);
@@ -65,10 +67,16 @@ describe("a sandbox that fails", () => {
     expect(String((resumed as Error).message)).toMatch(/ReadyCommandFailed/);
     const seen = await api(`/admin/sandboxes/${sbx.sandboxId}`);
     expect(seen.body).toMatchObject({ phase: "Failed", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "False", reason: "ReadyCommandFailed" })]) });
-    // Its host side is held: the agent still runs it.
+    // Its host side is held: the agent still runs it, its paused disk included.
     const held = hostSide(sbx.sandboxId);
     console.log("failed sandbox", sbx.sandboxId, "host side", JSON.stringify(held));
     expect(holds(held)).toBe(true);
+    expect(held.diskBytes).toBeGreaterThan(0);
+    // The paused data is kept to its own timeout (an hour here), not killed FAILED_RETAIN_MS after the failure.
+    const warning = (seen.body.events as { type: string; message: string }[]).find((e) => e.type === "Warning" && e.message.startsWith("failed to resume"));
+    expect(warning?.message).toMatch(/its paused disk is kept until \S+ \(its timeout\), counted against the team quota/);
+    const keptUntil = Date.parse(/kept until (\S+)/.exec(warning!.message)![1]!);
+    expect(keptUntil).toBeGreaterThan(Date.now() + FAILED_RETAIN_MS + 30 * 60_000);
 
     // So it still counts: the team cannot create past its quota.
     const usage = (await api(`/admin/teams/${team}/quota`)).body.usage;
