@@ -149,8 +149,8 @@ export class Ledger {
 /** What a paused sandbox holds: a paused slot, and its memory too when Freeze-paused ("frozen"). */
 export type PausedHold = "frozen" | "stopped";
 
-/** What a sandbox holds against the quota: all but a paused slot while it runs, a paused slot
- * (and its memory when frozen) while paused. */
+/** What a sandbox holds against the quota: all but a paused slot while it runs (or has failed), a
+ * paused slot (and its memory when frozen) while paused. */
 export type Hold = "running" | PausedHold | null;
 
 /** What the sandbox's group says of a reserved sandbox when the reconcile asks (`paused`: how it
@@ -193,9 +193,15 @@ export function reheld(r: Reservation, held: Held, now: number): held is Extract
  * so a Freeze-paused (or Freeze-pausing) sandbox keeps its memory counted, not its vCPUs nor a
  * running slot. Every paused (or pausing) one holds a paused slot: a Stop pause still keeps the
  * sandbox's disk on its host, so their number is bounded (`pausedSandboxes`).
+ *
+ * A Failed one holds all a running one does until it is killed: failing deletes nothing on its
+ * host (a ready command that fails leaves its processes running; a failed resume or pause leaves
+ * its disk, cgroup, uid range and address), and the tenant decides when its sandboxes fail, so a
+ * quota that let go at Failed would bound nothing (quotas fail closed). Its kill is the machine's
+ * (machine.ts `FAILED_RETAIN_MS`), as a kill frees any sandbox's slot.
  */
 export function holds(phase: string | null | undefined, pauseStrategy?: string): Hold {
-  if (phase === "Pending" || phase === "Running" || phase === "Resuming") return "running";
+  if (phase === "Pending" || phase === "Running" || phase === "Resuming" || phase === "Failed") return "running";
   if (phase === "Pausing" || phase === "Paused") return pauseStrategy === "Freeze" ? "frozen" : "stopped";
   return null;
 }

@@ -361,7 +361,7 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
   switch (obs.phase) {
     case "Deleted":
       if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
-      fail(s, obs.reason ?? "SandboxGone", obs.message ?? "the sandbox disappeared from its cluster", now);
+      fail(s, obs.reason ?? "SandboxGone", obs.message ?? "the sandbox disappeared from its cluster", now, true);
       break;
     case "Failed":
       if (s.desired !== "deleted") fail(s, obs.reason ?? "Failed", obs.message, now);
@@ -498,10 +498,43 @@ function driverConditions(s: SandboxState, obs: Observation, now: number): void 
   }
 }
 
-function fail(s: SandboxState, reason: string, message: string | undefined, now: number): void {
+/**
+ * How long a Failed sandbox is kept before the edge kills it (its host side deleted): while it is,
+ * its conditions and event list say why it failed (`GET /admin/sandboxes/{id}`, the console's
+ * timeline; E2B's API already answers 404 for it), and it counts against its team's quota as a
+ * running one (ledger.ts `holds`). OpenKruise deletes a failed claim at once by default and keeps
+ * one it retains on failure for 5 min (`cleanup-retain-on-failure`); this keeps it as long as a
+ * killed sandbox is remembered.
+ */
+export const FAILED_RETAIN_MS = PURGE_GRACE_MS;
+
+/**
+ * The sandbox failed. Its end moves to FAILED_RETAIN_MS from the first failure at the latest, also
+ * for a never-timeout one: nothing else deletes its host side, and nobody can use it any more
+ * (E2B's API answers 404 for it). Two are kept to their own timeout instead, still counted: one
+ * whose upgrade failed (its update ops run retries it with the next attempt), and one whose resume
+ * failed while its host side is still there (`hostGone` false): its disk holds what the user paused,
+ * and the failure may be ours (an image the agent no longer has, a snapshot error, a rejected
+ * intent), so the 10-min kill would destroy the user's data for it; the team's key frees it by id.
+ */
+function fail(s: SandboxState, reason: string, message: string | undefined, now: number, hostGone = false): void {
+  const first = s.phase !== "Failed";
+  const resuming = s.phase === "Resuming";
   s.phase = "Failed";
   setCondition(s, "Ready", "False", reason, now, message);
-  if (s.upgrade && !s.upgrade.done) setCondition(s, "Upgrading", "False", "UpgradePodFailed", now, message ?? reason);
+  if (s.upgrade && !s.upgrade.done) {
+    setCondition(s, "Upgrading", "False", "UpgradePodFailed", now, message ?? reason);
+    return;
+  }
+  if (!first) return;
+  if (resuming && !hostGone) {
+    const until = s.endAt === null ? "until it is killed (never-timeout)" : `until ${new Date(s.endAt).toISOString()} (its timeout)`;
+    note(s, { at: now, type: "Warning", reason, message: `failed to resume${message ? `: ${message}` : ""}; its paused disk is kept ${until}, counted against the team quota as a running sandbox; kill it by id to free it`, source: "sandbox" });
+    return;
+  }
+  const deleteAt = now + FAILED_RETAIN_MS;
+  if (s.endAt === null || s.endAt > deleteAt) s.endAt = deleteAt;
+  note(s, { at: now, type: "Warning", reason, message: `failed${message ? `: ${message}` : ""}; killed (its host side deleted) by ${new Date(s.endAt).toISOString()} at the latest, counted against the team quota until then`, source: "sandbox" });
 }
 
 /** Index rows carry what list shows; a phase change E2B cannot see (Pending → Running) is not written. */

@@ -60,9 +60,12 @@ export interface CreateInput {
 /** Default bound on waiting for the agent (create, resume, wake). */
 export const DEFAULT_WAIT_MS = 10_000;
 
-/** Requests held at once for one sandbox while its pid 1 starts again (`restarted`); more are
- * answered "retry" at once. */
-const MAX_HELD_PER_SANDBOX = 256;
+/** Requests held at once for one sandbox while its pid 1 starts again (`restarted`), by who sent
+ * them; more of that kind are answered "retry" at once. The owner's (they passed a token check)
+ * have a bound of their own: anonymous ones (envd's /health, a signed /files URL, a user port open
+ * to all), which anyone who knows the id may send, cannot crowd them out. */
+export const MAX_HELD_PER_SANDBOX = { owner: 256, anyone: 32 } as const;
+export type HeldBy = keyof typeof MAX_HELD_PER_SANDBOX;
 
 /** An intent ClusterDO did not take (or not yet) is sent again after this long. */
 const RETRY_MS = 2_000;
@@ -415,13 +418,23 @@ export class SandboxGroupDO extends DurableObject<Env> {
    * MAX_HELD_PER_SANDBOX waiting, a refusal at once (capacityUnavailable), both of which the gateway
    * answers as "retry". The sandbox itself is not touched.
    */
-  async restarted(id: string, waitMs: number): Promise<Result<{ route: RouteInfo }>> {
-    // Anyone may send what the gateway holds (envd's /health, a signed URL): a bounded number wait.
-    // (The count is of every waiter of the slot, a wake's or a connect's too: a bound, not a tally.)
-    const held = this.slots.find(id)?.waiters.size ?? 0;
-    if (held >= MAX_HELD_PER_SANDBOX) return { ok: false, error: { code: ErrorCode.capacityUnavailable, message: `Sandbox "${id}" is starting again (its init process ended) and ${held} requests already wait for it` } };
+  async restarted(id: string, waitMs: number, by: HeldBy = "anyone"): Promise<Result<{ route: RouteInfo }>> {
+    const slot = this.slots.find(id);
+    if (!slot) return notFound(id);
+    // Anyone may send some of what the gateway holds (envd's /health, a signed URL): a bounded
+    // number wait, counted apart from the owner's so those never crowd the owner's out.
+    const held = slot.restartHeld[by];
+    if (held >= MAX_HELD_PER_SANDBOX[by]) {
+      this.slots.release(id, slot);
+      return { ok: false, error: { code: ErrorCode.capacityUnavailable, message: `Sandbox "${id}" is starting again (its init process ended) and ${held} requests already wait for it` } };
+    }
     const timedOut = { code: ErrorCode.placementTimeout, message: `Sandbox "${id}" is starting again (its init process ended) and was not back within ${waitMs} ms` };
-    return this.waitSettled(id, waitMs, (s): Result<{ route: RouteInfo }> | null => (restarting(s) ? null : { ok: true, route: routeInfo(s) }), () => timedOut);
+    slot.restartHeld[by]++;
+    try {
+      return await this.waitSettled(id, waitMs, (s): Result<{ route: RouteInfo }> | null => (restarting(s) ? null : { ok: true, route: routeInfo(s) }), () => timedOut);
+    } finally {
+      slot.restartHeld[by]--;
+    }
   }
 
   /** ClusterDO: agent observations of this group's sandboxes, in arrival order per sandbox. */

@@ -15,6 +15,8 @@ export interface Slot {
   undelivered: Undelivered | null;
   /** waitRunning() callers, woken after every transition. */
   waiters: Set<() => void>;
+  /** Gateway requests held while its pid 1 starts again (`restarted`), by who sent them. */
+  restartHeld: { owner: number; anyone: number };
   /** Operations holding this slot across an await: a slot in use is never evicted. */
   busy: number;
   /** Generation of the newest enqueue in flight from this instance (0: none). */
@@ -92,5 +94,5 @@ export function notify(slot: Slot): void {
 }
 
 function newSlot(state: SandboxState | null, undelivered: Undelivered | null): Slot {
-  return { state, undelivered, waiters: new Set(), busy: 0, sending: 0, dirty: false };
+  return { state, undelivered, waiters: new Set(), restartHeld: { owner: 0, anyone: 0 }, busy: 0, sending: 0, dirty: false };
 }

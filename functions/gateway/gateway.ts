@@ -41,12 +41,14 @@ async function tokensEqual(given: string | null, expected: string): Promise<bool
 }
 
 /**
- * What the request may do: "wake" reach the sandbox and resume it when it is paused with
- * auto-resume (it carried the token the port asks for, or the sandbox asks for none there);
- * "reach" only reach it while it runs (envd's /health and signed /files URLs, which envd judges
- * itself: anyone can send one, and a wake reserves quota and runs postResume hooks); "refuse".
+ * What the request may do: "owner" and "wake" reach the sandbox and resume it when it is paused
+ * with auto-resume ("owner": it carried the token the port asks for; "wake": the sandbox asks for
+ * none there, so anyone may); "reach" only reach it while it runs (envd's /health and signed
+ * /files URLs, which envd judges itself: anyone can send one, and a wake reserves quota and runs
+ * postResume hooks); "refuse". While its pid 1 starts again, only the owner's are held apart from
+ * what anyone may send (`restarted`).
  */
-type Access = "wake" | "reach" | "refuse";
+type Access = "owner" | "wake" | "reach" | "refuse";
 
 async function access(req: Request, url: URL, t: GatewayTarget, route: Pick<RouteInfo, "envdAccessToken" | "trafficAccessToken" | "allowPublicTraffic" | "state" | "autoResume">): Promise<Access> {
   if (t.port === ENVD_PORT) {
@@ -56,11 +58,11 @@ async function access(req: Request, url: URL, t: GatewayTarget, route: Pick<Rout
     // Their token is looked at only where it decides something: whether they may wake the sandbox
     // (the SDK's /health polls carry it, and would pay two digests each).
     if (envdJudges && !(route.state === "paused" && route.autoResume)) return "reach";
-    if (await tokensEqual(req.headers.get("x-access-token"), route.envdAccessToken)) return "wake";
+    if (await tokensEqual(req.headers.get("x-access-token"), route.envdAccessToken)) return "owner";
     return envdJudges ? "reach" : "refuse";
   }
   if (route.allowPublicTraffic || route.trafficAccessToken === null) return "wake";
-  return (await tokensEqual(req.headers.get("e2b-traffic-access-token"), route.trafficAccessToken)) ? "wake" : "refuse";
+  return (await tokensEqual(req.headers.get("e2b-traffic-access-token"), route.trafficAccessToken)) ? "owner" : "refuse";
 }
 
 /** The clusters an unnamed signed URL may belong to; one today (see docs/ARCHITECTURE.md). */
@@ -175,7 +177,10 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
     // Only its agent can say it is back: with the agent away, holding would only delay the answer
     // forward gives at once.
     if (!(await ingressUrl(c.env, route.cluster, Date.now()))) return agentUnavailable(req, target.sandboxId);
-    const back = await sandboxGroupStub(c.env, target.sandboxId).restarted(target.sandboxId, RESTART_WAIT_MS);
+    // The owner's requests have a bound of their own, which what anyone may send (envd's /health,
+    // a signed URL, a port open to all, any request to a sandbox without a token) cannot fill.
+    // The SDK's /health polls count as anyone's: their token is not checked (see `access`).
+    const back = await sandboxGroupStub(c.env, target.sandboxId).restarted(target.sandboxId, RESTART_WAIT_MS, may === "owner" ? "owner" : "anyone");
     if (!back.ok) {
       if (back.error.code === ErrorCode.placementTimeout) return sandboxRestarting(req, target.sandboxId, RESTART_WAIT_MS);
       if (back.error.code === ErrorCode.capacityUnavailable) return sandboxRestarting(req, target.sandboxId, "crowded");
@@ -185,7 +190,7 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
   }
   if (route.state === "paused" || route.phase !== "Running") {
     // A request that proved nothing gets what a sandbox without auto-resume answers.
-    if (route.state !== "paused" || !route.autoResume || may !== "wake") return notFound(target.sandboxId);
+    if (route.state !== "paused" || !route.autoResume || may === "reach") return notFound(target.sandboxId);
     const woken = await sandboxHandle(c.env, target.sandboxId).wake(WAKE_WAIT_MS);
     if (!woken.ok) {
       if (woken.error.code === ErrorCode.sandboxNotFound || woken.error.code === ErrorCode.notFound) return notFound(target.sandboxId);

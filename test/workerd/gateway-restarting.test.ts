@@ -6,6 +6,7 @@
 // forward ends in the gateway's agent-unavailable 503, whose message tells it from the restart's.
 import { env, exports } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MAX_HELD_PER_SANDBOX } from "../../durable-objects/sandbox/sandbox-group-do.ts";
 import { sandboxGroupStub } from "../../durable-objects/sandbox/stub.ts";
 import type { ObservationInput } from "../../schema/protocol/index.ts";
 import type { ScriptedAgent } from "../support/scripted-agent.ts";
@@ -84,16 +85,47 @@ describe("a sandbox whose pid 1 starts again", () => {
   it("past the most requests held for one sandbox, one more is told at once that too many wait (not that it waited), and the held ones go on once it is back", async () => {
     const { id } = await restartingSandbox();
     const group = sandboxGroupStub(env, id);
-    const held = Array.from({ length: 256 }, () => group.restarted(id, 15_000));
+    const held = Array.from({ length: MAX_HELD_PER_SANDBOX.owner }, () => group.restarted(id, 15_000, "owner"));
     const crowded = await waitFor(async () => {
-      const r = await group.restarted(id, 0);
+      const r = await group.restarted(id, 0, "owner");
       return !r.ok && r.error.code !== "sandbox_placement_timeout" && r;
     }, { what: "a refusal other than the wait's timeout" });
-    expect(crowded).toMatchObject({ ok: false, error: { code: "sandbox_capacity_unavailable", message: expect.stringContaining("256 requests already wait") } });
-    const res = await gw(id, "/health");
-    expect({ status: res.status, message: ((await res.json()) as { message: string }).message }).toEqual({ status: 503, message: expect.stringContaining("too many requests already wait for it") });
+    expect(crowded).toMatchObject({ ok: false, error: { code: "sandbox_capacity_unavailable", message: expect.stringContaining(`${MAX_HELD_PER_SANDBOX.owner} requests already wait`) } });
     report(id, false);
     expect((await Promise.all(held)).filter((r) => !r.ok)).toEqual([]);
+  });
+
+  it("anyone's requests (envd's /health, no token) past their own bound are told at once that too many wait; the owner's (its token checked) are still held and go on once it is back", async () => {
+    const { id, token } = await restartingSandbox();
+    // More than both bounds together: on one bound shared by all, the owner's would be refused.
+    const anyone = Array.from({ length: MAX_HELD_PER_SANDBOX.owner + MAX_HELD_PER_SANDBOX.anyone + 44 }, () => gw(id, "/health"));
+    const answered: Response[] = [];
+    for (const p of anyone) void p.then((r) => answered.push(r));
+    // Anyone's past their own bound are told at once, as too many waiting; the rest stay held.
+    await waitFor(() => answered.length === anyone.length - MAX_HELD_PER_SANDBOX.anyone, { what: "anyone's requests past their bound answered", timeoutMs: 30_000 });
+    const crowded = [...answered];
+    const told = await Promise.all(crowded.map(async (r) => ({ status: r.status, message: ((await r.json()) as { message: string }).message })));
+    expect(told.filter((r) => r.status !== 503 || !r.message.includes("too many requests already wait"))).toEqual([]);
+
+    let ownerDone = false;
+    const owner = gw(id, "/files?path=/x", { "x-access-token": token }).finally(() => (ownerDone = true));
+    // Anyone's sent after it are still told at once; the owner's is not answered with them.
+    const later = Array.from({ length: 8 }, () => gw(id, "/health"));
+    const laterAnswered: Response[] = [];
+    for (const p of later) void p.then((r) => laterAnswered.push(r));
+    await waitFor(() => laterAnswered.length === later.length, { what: "anyone's later requests answered" });
+    expect(ownerDone).toBe(false);
+    expect(answered).toHaveLength(crowded.length);
+
+    report(id, false);
+    const res = await owner;
+    // Forwarded once back (here: the scripted cluster's missing ingress, the agent-unavailable
+    // answer), not told to retry as crowded.
+    expect({ status: res.status, message: ((await res.json()) as { message: string }).message }).toEqual({ status: 503, message: expect.stringContaining("is not connected") });
+    // Anyone's held ones go on too.
+    const rest = (await Promise.all(anyone)).filter((r) => !crowded.includes(r));
+    expect(rest).toHaveLength(MAX_HELD_PER_SANDBOX.anyone);
+    for (const r of rest) expect(((await r.json()) as { message: string }).message).not.toContain("starting again");
   });
 
   it("with its agent away (only the agent can say it is back), a request is answered at once as agent-unavailable, not held", async () => {

@@ -237,6 +237,31 @@ describe("team quota", () => {
   });
 });
 
+describe("a sandbox that fails", () => {
+  it("keeps counting against the quota until it is killed: a team at its limit whose sandboxes fail cannot create past it while their host sides are held", async () => {
+    const team = await quotaTeam({ runningSandboxes: 1 });
+    const agent = agents.at(-1)!;
+    const a = (await expectStatus(create(team), 201)).sandboxID as string;
+    // Its ready command fails (the tenant's doing): the agent reports it Failed and, as the real
+    // agent does, deletes nothing.
+    agent.report({ sandboxId: a, generation: agent.sandboxes.get(a)!.generation, phase: "Failed", ready: false, reason: "ReadyCommandFailed", message: "exit status 1", observedAt: Date.now() });
+    await waitFor(async () => (await call(`/sandboxes/${a}`, { key: team.key })).status === 404);
+    expect(agent.sandboxes.has(a)).toBe(true);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1 });
+    await expectError(create(team), 429, /has 1 of 1 running sandboxes/);
+    const admin = await expectStatus(call(`/admin/sandboxes/${a}`), 200);
+    expect(admin).toMatchObject({ phase: "Failed" });
+    expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "ReadyCommandFailed", message: expect.stringMatching(/^failed: exit status 1; killed \(its host side deleted\) by .* at the latest, counted against the team quota/) }));
+    // The reconcile agrees with the group: still counted.
+    expect(await quotaOf(team.teamId).reconcile()).toEqual({ ok: true, released: [] });
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1 });
+    // Its kill (the team's key still reaches it) deletes its host side and frees the slot.
+    await expectStatus(call(`/sandboxes/${a}`, { key: team.key, method: "DELETE" }), 204);
+    await agent.waitUntil(() => !agent.sandboxes.has(a));
+    await expectStatus(create(team), 201);
+  });
+});
+
 describe("paused sandboxes quota", () => {
   const pause = (team: TestTeam, id: string, body: Record<string, unknown> = {}) => call(`/sandboxes/${id}/pause`, { key: team.key, body });
   const stateOf = async (team: TestTeam, id: string) => (await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state;

@@ -71,7 +71,9 @@ describe("quota ledger", () => {
     expect(stale(r, { known: false }, RECONCILE_GRACE_MS)).toBe(true);
     expect(["Pending", "Running", "Resuming"].map((p) => holds(p, "Freeze"))).toEqual(["running", "running", "running"]);
     expect(["Pausing", "Paused"].map((p) => holds(p, "Freeze"))).toEqual(["frozen", "frozen"]);
-    expect(["Pausing", "Paused", "Failed", "Terminating", null].map((p) => holds(p, "Stop"))).toEqual(["stopped", "stopped", null, null, null]);
+    expect(["Pausing", "Paused", "Terminating", null].map((p) => holds(p, "Stop"))).toEqual(["stopped", "stopped", null, null]);
+    // A Failed sandbox keeps its host side until it is killed: it holds what a running one does.
+    expect(["Failed", "Failed"].map((p, i) => holds(p, i ? "Stop" : "Freeze"))).toEqual(["running", "running"]);
   });
 
   it("a Freeze-paused sandbox keeps its memory counted, not its vCPUs nor a running slot; its resume does not count the memory twice", () => {

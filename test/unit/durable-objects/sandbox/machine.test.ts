@@ -1,6 +1,6 @@
 // Table-driven tests of the pure sandbox machine: (state, event, now) → (state, effects, result).
 import { describe, expect, it } from "vitest";
-import { dueAt, PURGE_GRACE_MS, TIMEOUT_PAUSE_DEFER_MS, transition, visibleTo } from "../../../../durable-objects/sandbox/machine.ts";
+import { dueAt, FAILED_RETAIN_MS, PURGE_GRACE_MS, TIMEOUT_PAUSE_DEFER_MS, transition, visibleTo } from "../../../../durable-objects/sandbox/machine.ts";
 import type { SandboxEvent } from "../../../../durable-objects/sandbox/events.ts";
 import { restarting, type SandboxSpec, type SandboxState } from "../../../../durable-objects/sandbox/state.ts";
 import type { Observation } from "../../../../schema/protocol/index.ts";
@@ -171,6 +171,47 @@ describe("sandbox machine", () => {
     expect(visibleTo(at("Terminating"), { teamId: "team", admin: true })).toBe(false);
     expect(visibleTo(null, { teamId: "team", admin: true })).toBe(false);
   });
+  it("a Failed sandbox is killed FAILED_RETAIN_MS after it failed (never-timeout too), its event list saying why; a failed upgrade is kept for its ops run's retry", () => {
+    const failed = (from: SandboxState, now: number) => transition(from, { type: "observe", obs: { ...(obs("Failed", from.generation) as { obs: Observation }).obs, reason: "ReadyCommandFailed", message: "exit 1" } }, now).state!;
+    const hour = T0 + 3600 * S;
+    for (const from of [at("Running", { endAt: hour }), at("Running", { endAt: null }, { neverTimeout: true }), at("Pausing", { endAt: hour })]) {
+      const s = failed(from, T0 + 10 * S);
+      expect(s).toMatchObject({ phase: "Failed", endAt: T0 + 10 * S + FAILED_RETAIN_MS });
+      expect(s.events?.at(-1)).toMatchObject({ type: "Warning", reason: "ReadyCommandFailed", message: expect.stringMatching(/^failed: exit 1; killed \(its host side deleted\) by .* at the latest, counted against the team quota/) });
+      // A second report of the failure moves nothing.
+      expect(failed(s, T0 + 60 * S)).toMatchObject({ endAt: T0 + 10 * S + FAILED_RETAIN_MS, events: s.events });
+      expect(dueAt(s)).toBe(T0 + 10 * S + FAILED_RETAIN_MS);
+      expect(transition(s, { type: "alarm" }, T0 + 10 * S + FAILED_RETAIN_MS - 1).state!.phase).toBe("Failed");
+      const killed = transition(s, { type: "alarm" }, T0 + 10 * S + FAILED_RETAIN_MS);
+      expect(killed.state).toMatchObject({ phase: "Terminating", desired: "deleted" });
+      expect(killed.effects.map((e) => e.kind)).toEqual(["intent", "index"]);
+    }
+    // An end already sooner stays.
+    expect(failed(at("Running", { endAt: T0 + 20 * S }), T0 + 10 * S).endAt).toBe(T0 + 20 * S);
+    const upgrading = at("Running", { generation: 3, endAt: hour, upgrade: { revision: "r2", attempt: 1, generation: 3, paused: false, done: false } });
+    expect(failed(upgrading, T0 + 10 * S)).toMatchObject({ phase: "Failed", endAt: hour });
+  });
+
+  it("a resume that fails keeps the paused disk to the sandbox's own timeout (never-timeout: until killed), counted; one whose host side is gone gets the grace", () => {
+    const hour = T0 + 3600 * S;
+    const reported = (from: SandboxState, phase: "Failed" | "Deleted", now: number) => transition(from, { type: "observe", obs: { ...(obs(phase, from.generation) as { obs: Observation }).obs, reason: "ImageNotFound", message: "no image" } }, now).state!;
+    const s = reported(at("Resuming", { endAt: hour }), "Failed", T0 + 10 * S);
+    expect(s).toMatchObject({ phase: "Failed", endAt: hour });
+    expect(s.events?.at(-1)).toMatchObject({ type: "Warning", reason: "ImageNotFound", message: `failed to resume: no image; its paused disk is kept until ${new Date(hour).toISOString()} (its timeout), counted against the team quota as a running sandbox; kill it by id to free it` });
+    // Not killed when the grace would have ended; at its own end, as any Failed one.
+    expect(transition(s, { type: "alarm" }, T0 + 10 * S + FAILED_RETAIN_MS).state!.phase).toBe("Failed");
+    expect(transition(s, { type: "alarm" }, hour).state).toMatchObject({ phase: "Terminating", desired: "deleted" });
+    const never = reported(at("Resuming", { endAt: null }, { neverTimeout: true }), "Failed", T0 + 10 * S);
+    expect(never).toMatchObject({ phase: "Failed", endAt: null });
+    expect(dueAt(never)).toBe(null);
+    expect(never.events?.at(-1)?.message).toMatch(/kept until it is killed \(never-timeout\)/);
+    // A rejected resume intent: the same.
+    const rejected = transition(at("Resuming", { endAt: hour }), { type: "ack", generation: 2, result: "rejected", message: "bad" }, T0 + 10 * S).state!;
+    expect(rejected).toMatchObject({ phase: "Failed", endAt: hour });
+    // Gone from its cluster while resuming: nothing left to keep.
+    expect(reported(at("Resuming", { endAt: hour }), "Deleted", T0 + 10 * S)).toMatchObject({ phase: "Failed", endAt: T0 + 10 * S + FAILED_RETAIN_MS });
+  });
+
   it("a failure the agent retries is a Ready=False reason, never Failed; Ready or Paused replaces it", () => {
     const retry = (phase: Observation["phase"], generation: number): SandboxEvent => {
       const e = obs(phase, generation, false) as { obs: Observation };
