@@ -13,7 +13,7 @@
 import { execFile } from "node:child_process";
 import { lstatSync } from "node:fs";
 import { helperExit, runHelper } from "./disk.ts";
-import { PERL, helperEnv, syscallNumbers } from "./host-helpers.ts";
+import { PERL, helperEnv } from "./host-helpers.ts";
 import type { Spawner } from "./spawner.ts";
 
 const RM = ["rm", "-rf", "--one-file-system", "--preserve-root=all", "--"];
@@ -48,15 +48,16 @@ exec "${RM[0]}", ${RM.slice(1).map((a) => `"${a}"`).join(", ")}, $dir; print STD
  * A sandbox's destroy as one process where it was two (a `umount`, then an `rm` of its directory):
  * each spawn is a fork of the ~60 MB spawner (spawner.ts), and this one has no `umount` process
  * either (perl's umount2, then an exec of rm). `targets`: every mount under `dir`, in the order
- * they unmount (each is in use by the one before). Answers:
+ * they unmount (each is in use by the one before); `umount2`: the syscall's number on this CPU
+ * (host-helpers.ts). Answers:
  * - "removed": all unmounted and `dir` gone;
  * - "not-unmounted": a target would not unmount (busy); nothing was removed, and the targets before
  *   it are unmounted: the caller unmounts what is left its own way (it must not remove `dir` before);
  * - "not-removed": all unmounted, but `dir` could not go whole (the caller removes what is left).
  */
-export async function unmountThenRemove(spawner: Spawner, dir: string, targets: string[]): Promise<{ done: "removed" | "not-unmounted" | "not-removed"; why: string }> {
+export async function unmountThenRemove(spawner: Spawner, dir: string, targets: string[], umount2: number): Promise<{ done: "removed" | "not-unmounted" | "not-removed"; why: string }> {
   for (const p of [dir, ...targets]) if (!p.startsWith("/")) throw new Error(`unmountThenRemove: ${JSON.stringify(p)} is not an absolute path`);
-  const { exit, stderr } = await helperExit(spawner, [PERL, "-e", UNMOUNT_THEN_RM, "--", String(syscallNumbers().umount2), dir, ...targets]);
+  const { exit, stderr } = await helperExit(spawner, [PERL, "-e", UNMOUNT_THEN_RM, "--", String(umount2), dir, ...targets]);
   const why = exit.error ?? (stderr.trim() || `exit ${exit.code ?? exit.signal}`);
   if (!exit.error && exit.code === 0) return { done: "removed", why: "" };
   // Anything but rm's own failure (perl that did not start, a signal) may have stopped before an

@@ -10,9 +10,11 @@
 // A host mount also outlives the agent as the disk's mount does, and lets the files API write
 // to the sandbox's files at a host path. A Stop pause and destroy unmount it (before the disk).
 import { chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { arch } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
+import { knownSyscallNumbers } from "./host-helpers.ts";
 import { resolvConf } from "./layout.ts";
 import { unmountThenRemove } from "./remove-tree.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
@@ -152,16 +154,18 @@ async function unmountOneByOne(spawner: Spawner, merged: string, disk: string): 
  * before every mount is gone: a mount that will not go leaves the directory whole, and what is
  * left unmounts as unmountSandbox's fallback does (lazily where busy; rejecting as it does).
  * Answers whether `dir` is gone; when not, the caller deletes it (its trash), as after
- * unmountSandbox. */
-export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, disk: string, dir: string): Promise<boolean> {
+ * unmountSandbox. `cpu`: the host's (a CPU without the helper's syscall number takes
+ * unmountSandbox's way). */
+export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, disk: string, dir: string, cpu: string = arch()): Promise<boolean> {
   const targets = sandboxMounts(merged, disk);
+  const umount2 = knownSyscallNumbers(cpu)?.umount2;
   // Without a disk the writable layer is a tree the tenant shaped, in `dir`: its deletion is not
   // waited for (the caller's trash).
-  if (targets.at(-1) !== disk) {
+  if (targets.at(-1) !== disk || umount2 === undefined) {
     if (targets.length > 0) await unmountSandbox(spawner, merged, disk);
     return false;
   }
-  const r = await unmountThenRemove(spawner, dir, targets);
+  const r = await unmountThenRemove(spawner, dir, targets, umount2);
   if (r.done === "not-unmounted") await unmountOneByOne(spawner, merged, disk);
   return r.done === "removed";
 }

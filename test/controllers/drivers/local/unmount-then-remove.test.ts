@@ -8,9 +8,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { unmountThenRemove } from "../../../../controllers/drivers/local/remove-tree.ts";
+import { syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
+import { unmountAndRemoveSandbox } from "../../../../controllers/drivers/local/root-overlay.ts";
 import { Spawner } from "../../../../controllers/drivers/local/spawner.ts";
 import { mountsUnder } from "../../../../controllers/drivers/local/userns.ts";
 
+const { umount2 } = syscallNumbers();
 const top = mkdtempSync(join(tmpdir(), "unmount-then-remove-"));
 const spawner = new Spawner();
 afterAll(async () => {
@@ -37,7 +40,7 @@ describe("unmountThenRemove", { timeout: 30_000 }, () => {
     const fd = openSync(join(m, "precious"), "r");
     let r: Awaited<ReturnType<typeof unmountThenRemove>>;
     try {
-      r = await unmountThenRemove(spawner, dir, [m]);
+      r = await unmountThenRemove(spawner, dir, [m], umount2);
     } finally {
       closeSync(fd);
     }
@@ -47,9 +50,17 @@ describe("unmountThenRemove", { timeout: 30_000 }, () => {
     expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
     expect(existsSync(join(dir, "record"))).toBe(true);
 
-    expect(await unmountThenRemove(spawner, dir, [m])).toEqual({ done: "removed", why: "" });
+    expect(await unmountThenRemove(spawner, dir, [m], umount2)).toEqual({ done: "removed", why: "" });
     expect(existsSync(dir)).toBe(false);
     expect(mountsUnder(dir)).toEqual([]);
+    expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
+  });
+
+  it("on a CPU without the helper's syscall number, unmounts the old way and leaves the directory to the caller", async () => {
+    const { dir, kept, m } = sandboxDir("riscv");
+    expect(await unmountAndRemoveSandbox(spawner, join(dir, "root"), m, dir, "riscv64")).toBe(false);
+    expect(mountsUnder(dir)).toEqual([]);
+    expect(existsSync(join(dir, "record"))).toBe(true);
     expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
   });
 });
