@@ -11,7 +11,7 @@
 // to the sandbox's files at a host path. A Stop pause and destroy unmount it (before the disk).
 import { chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { arch } from "node:os";
-import { dirname, join, relative } from "node:path";
+import { basename, dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
 import { knownSyscallNumbers } from "./host-helpers.ts";
@@ -166,6 +166,9 @@ export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, 
     return false;
   }
   const r = await unmountThenRemove(spawner, dir, targets, umount2);
+  // The helper's first failure (a busy mount, or rm's "skipping ..., since it's on a different
+  // device": a mount not in `targets`); what follows logs only its own.
+  if (r.done !== "removed") console.warn(`destroy ${basename(dir)}: ${r.done}: ${JSON.stringify(r.why)}`);
   if (r.done === "not-unmounted") await unmountOneByOne(spawner, merged, disk);
   return r.done === "removed";
 }

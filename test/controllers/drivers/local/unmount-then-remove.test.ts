@@ -6,7 +6,7 @@ import { execFileSync } from "node:child_process";
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { unmountThenRemove } from "../../../../controllers/drivers/local/remove-tree.ts";
 import { syscallNumbers } from "../../../../controllers/drivers/local/host-helpers.ts";
 import { unmountAndRemoveSandbox } from "../../../../controllers/drivers/local/root-overlay.ts";
@@ -62,5 +62,20 @@ describe("unmountThenRemove", { timeout: 30_000 }, () => {
     expect(mountsUnder(dir)).toEqual([]);
     expect(existsSync(join(dir, "record"))).toBe(true);
     expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
+  });
+
+  it("a destroy whose helper stops logs the helper's why in one line", async () => {
+    const { dir, m } = sandboxDir("why");
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const fd = openSync(join(m, "precious"), "r");
+    try {
+      expect(await unmountAndRemoveSandbox(spawner, join(dir, "root"), m, dir)).toBe(false);
+    } finally {
+      closeSync(fd);
+      warn.mockRestore();
+    }
+    const lines = warn.mock.calls.map((c) => String(c[0]));
+    expect(lines.some((l) => l.includes("not-unmounted") && l.includes(`umount ${m}`) && !l.includes("\n"))).toBe(true);
+    expect(mountsUnder(dir)).toEqual([]);
   });
 });
