@@ -35,12 +35,14 @@ function sandboxDir(name: string): { dir: string; kept: string; m: string } {
 }
 
 describe("unmountThenRemove", { timeout: 30_000 }, () => {
-  it("deletes nothing while a mount below stays (busy), says which; then unmounts and deletes the directory, never through the mount", async () => {
+  it("deletes or moves nothing while a mount below stays (busy), says which; then unmounts, moves the image aside and deletes the directory, never through the mount", async () => {
     const { dir, kept, m } = sandboxDir("busy");
+    writeFileSync(join(dir, "disk.img"), "image");
+    const aside = { from: join(dir, "disk.img"), to: join(top, "busy.img") };
     const fd = openSync(join(m, "precious"), "r");
     let r: Awaited<ReturnType<typeof unmountThenRemove>>;
     try {
-      r = await unmountThenRemove(spawner, dir, [m], umount2);
+      r = await unmountThenRemove(spawner, dir, [m], umount2, aside);
     } finally {
       closeSync(fd);
     }
@@ -49,8 +51,11 @@ describe("unmountThenRemove", { timeout: 30_000 }, () => {
     expect(mountsUnder(dir)).toEqual([m]);
     expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
     expect(existsSync(join(dir, "record"))).toBe(true);
+    expect(existsSync(aside.to)).toBe(false);
 
-    expect(await unmountThenRemove(spawner, dir, [m], umount2)).toEqual({ done: "removed", why: "" });
+    expect(await unmountThenRemove(spawner, dir, [m], umount2, aside)).toEqual({ done: "removed", why: "" });
+    // The image was moved aside after the unmount, not deleted.
+    expect(readFileSync(aside.to, "utf8")).toBe("image");
     expect(existsSync(dir)).toBe(false);
     expect(mountsUnder(dir)).toEqual([]);
     expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
@@ -58,7 +63,7 @@ describe("unmountThenRemove", { timeout: 30_000 }, () => {
 
   it("on a CPU without the helper's syscall number, unmounts the old way and leaves the directory to the caller", async () => {
     const { dir, kept, m } = sandboxDir("riscv");
-    expect(await unmountAndRemoveSandbox(spawner, join(dir, "root"), m, dir, "riscv64")).toBe(false);
+    expect(await unmountAndRemoveSandbox(spawner, join(dir, "root"), m, dir, undefined, "riscv64")).toEqual({ removed: false, moved: false });
     expect(mountsUnder(dir)).toEqual([]);
     expect(existsSync(join(dir, "record"))).toBe(true);
     expect(readFileSync(join(kept, "precious"), "utf8")).toBe("kept");
@@ -69,7 +74,7 @@ describe("unmountThenRemove", { timeout: 30_000 }, () => {
     const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
     const fd = openSync(join(m, "precious"), "r");
     try {
-      expect(await unmountAndRemoveSandbox(spawner, join(dir, "root"), m, dir)).toBe(false);
+      expect(await unmountAndRemoveSandbox(spawner, join(dir, "root"), m, dir)).toEqual({ removed: false, moved: false });
     } finally {
       closeSync(fd);
       warn.mockRestore();
