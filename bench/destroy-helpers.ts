@@ -44,7 +44,7 @@ export async function run(_ctx?: unknown, rounds = 7): Promise<Figures> {
       await removeTree([dir], spawner);
     },
     one: async (dir: string) => {
-      if (!(await unmountAndRemoveSandbox(spawner, join(dir, "root"), join(dir, "disk"), dir))) throw new Error(`${dir}: not removed`);
+      if (!(await unmountAndRemoveSandbox(spawner, join(dir, "root"), join(dir, "disk"), dir)).removed) throw new Error(`${dir}: not removed`);
     },
   };
   const agentMs = () => {

@@ -46,9 +46,14 @@ const SYSCALLS: Record<string, SyscallNumbers> = {
 };
 
 export function syscallNumbers(cpu: string = arch()): SyscallNumbers {
-  const nrs = SYSCALLS[cpu];
+  const nrs = knownSyscallNumbers(cpu);
   if (!nrs) throw new Error(`local driver: no syscall numbers for ${cpu} (supported: ${Object.keys(SYSCALLS).join(", ")})`);
   return nrs;
+}
+
+/** The table's numbers for `cpu`, or none: for a caller with a way that needs no helper syscall. */
+export function knownSyscallNumbers(cpu: string = arch()): SyscallNumbers | undefined {
+  return SYSCALLS[cpu];
 }
 
 /** The log's last line (from its last 4 KiB: a helper's log may hold whatever a sandbox made it write). */

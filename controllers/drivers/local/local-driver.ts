@@ -3,6 +3,7 @@
 import { randomBytes } from "node:crypto";
 import { connect as tcpConnect, type Socket } from "node:net";
 import { existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { unlink } from "node:fs/promises";
 import { basename, join } from "node:path";
 import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import {
@@ -1273,6 +1274,17 @@ export class LocalDriver implements Driver {
     this.#trashRemovals.add(removal);
   }
 
+  /** A file in the trash (a destroyed sandbox's image): one unlink on the thread pool, in the
+   * background; `dispose` waits for it. Missing is fine (the helper's rename failed: rm took it). */
+  #unlinkInTrash(file: string): void {
+    const removal = unlink(file)
+      .catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== "ENOENT") console.warn(`trash ${basename(file)}: ${err.message}`);
+      })
+      .finally(() => this.#trashRemovals.delete(removal));
+    this.#trashRemovals.add(removal);
+  }
+
   async deleteSnapshot(snapshot: Pick<SnapshotRef, "id">): Promise<void> {
     await this.#snapshots.delete(snapshot.id);
   }
@@ -1294,8 +1306,11 @@ export class LocalDriver implements Driver {
       if (rec?.net?.veth) this.#tabled.delete(rec.net.veth);
       this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount. With
-      // a disk, the unmount and the deletion are one helper process (root-overlay.ts).
-      const removed = await unmountAndRemoveSandbox(this.#spawner, layout.merged, layout.disk, layout.dir);
+      // a disk, the unmount and the deletion are one helper process (root-overlay.ts), and the
+      // image (tenant-sized) goes to the trash for a background unlink.
+      const aside = join(this.#dataDir, "trash", `${id}.${randomBytes(4).toString("hex")}.img`);
+      const { removed, moved } = await unmountAndRemoveSandbox(this.#spawner, layout.merged, layout.disk, layout.dir, { from: layout.image, to: aside });
+      if (moved) this.#unlinkInTrash(aside);
       // After the unmount (a range's uids must not reach the last sandbox's mounts); a lease whose
       // record went with `removed` is still released (leases compare the record's path).
       this.#net?.release(rec?.net?.address, layout.record);

@@ -13,7 +13,7 @@
 import { execFile } from "node:child_process";
 import { lstatSync } from "node:fs";
 import { helperExit, runHelper } from "./disk.ts";
-import { PERL, helperEnv, syscallNumbers } from "./host-helpers.ts";
+import { PERL, helperEnv } from "./host-helpers.ts";
 import type { Spawner } from "./spawner.ts";
 
 const RM = ["rm", "-rf", "--one-file-system", "--preserve-root=all", "--"];
@@ -37,26 +37,30 @@ export async function removeTree(paths: string[], spawner?: Spawner): Promise<vo
   );
 }
 
-/** Unmounts each target (umount2, in the order given), then becomes `rm` on the directory: at the
- * first target that will not unmount it says why and exits 64 with nothing removed. Paths and a
- * number, all the driver's, as arguments (perl runs with the helpers' fixed environment). */
-const UNMOUNT_THEN_RM = `my ($nr, $dir, @at) = @ARGV;
+/** Unmounts each target (umount2, in the order given), moves one file aside (a rename: when it
+ * fails, the rm takes the file), then becomes `rm` on the directory: at the first target that will
+ * not unmount it says why and exits 64 with nothing removed or moved. Paths and a number, all the
+ * driver's, as arguments (perl runs with the helpers' fixed environment). */
+const UNMOUNT_THEN_RM = `my ($nr, $dir, $from, $to, @at) = @ARGV;
 for (@at) { next if syscall($nr, $_, 0) == 0; print STDERR "umount $_: $!\\n"; exit 64 }
+rename $from, $to if length $from;
 exec "${RM[0]}", ${RM.slice(1).map((a) => `"${a}"`).join(", ")}, $dir; print STDERR "rm: $!\\n"; exit 65`;
 
 /**
  * A sandbox's destroy as one process where it was two (a `umount`, then an `rm` of its directory):
  * each spawn is a fork of the ~60 MB spawner (spawner.ts), and this one has no `umount` process
  * either (perl's umount2, then an exec of rm). `targets`: every mount under `dir`, in the order
- * they unmount (each is in use by the one before). Answers:
+ * they unmount (each is in use by the one before); `umount2`: the syscall's number on this CPU
+ * (host-helpers.ts); `aside`: a file below `dir` and where it goes instead of being deleted (the same
+ * file system: a rename), after the unmounts. Answers:
  * - "removed": all unmounted and `dir` gone;
  * - "not-unmounted": a target would not unmount (busy); nothing was removed, and the targets before
  *   it are unmounted: the caller unmounts what is left its own way (it must not remove `dir` before);
  * - "not-removed": all unmounted, but `dir` could not go whole (the caller removes what is left).
  */
-export async function unmountThenRemove(spawner: Spawner, dir: string, targets: string[]): Promise<{ done: "removed" | "not-unmounted" | "not-removed"; why: string }> {
-  for (const p of [dir, ...targets]) if (!p.startsWith("/")) throw new Error(`unmountThenRemove: ${JSON.stringify(p)} is not an absolute path`);
-  const { exit, stderr } = await helperExit(spawner, [PERL, "-e", UNMOUNT_THEN_RM, "--", String(syscallNumbers().umount2), dir, ...targets]);
+export async function unmountThenRemove(spawner: Spawner, dir: string, targets: string[], umount2: number, aside?: { from: string; to: string }): Promise<{ done: "removed" | "not-unmounted" | "not-removed"; why: string }> {
+  for (const p of [dir, ...targets, ...(aside ? [aside.from, aside.to] : [])]) if (!p.startsWith("/")) throw new Error(`unmountThenRemove: ${JSON.stringify(p)} is not an absolute path`);
+  const { exit, stderr } = await helperExit(spawner, [PERL, "-e", UNMOUNT_THEN_RM, "--", String(umount2), dir, aside?.from ?? "", aside?.to ?? "", ...targets]);
   const why = exit.error ?? (stderr.trim() || `exit ${exit.code ?? exit.signal}`);
   if (!exit.error && exit.code === 0) return { done: "removed", why: "" };
   // Anything but rm's own failure (perl that did not start, a signal) may have stopped before an

@@ -10,9 +10,11 @@
 // A host mount also outlives the agent as the disk's mount does, and lets the files API write
 // to the sandbox's files at a host path. A Stop pause and destroy unmount it (before the disk).
 import { chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
-import { dirname, join, relative } from "node:path";
+import { arch } from "node:os";
+import { basename, dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
+import { knownSyscallNumbers } from "./host-helpers.ts";
 import { resolvConf } from "./layout.ts";
 import { unmountThenRemove } from "./remove-tree.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
@@ -148,22 +150,30 @@ async function unmountOneByOne(spawner: Spawner, merged: string, disk: string): 
 /** A destroy's unmount and deletion of the sandbox's directory `dir` (its `merged` and `disk`
  * below it), as one helper process where the sandbox has a disk: then all it wrote is in the
  * image, so the deletion is a few files and destroy may wait for it (remove-tree.ts
- * `unmountThenRemove`; a process and a fork of the spawner fewer per destroy). Nothing is deleted
- * before every mount is gone: a mount that will not go leaves the directory whole, and what is
- * left unmounts as unmountSandbox's fallback does (lazily where busy; rejecting as it does).
- * Answers whether `dir` is gone; when not, the caller deletes it (its trash), as after
- * unmountSandbox. */
-export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, disk: string, dir: string): Promise<boolean> {
+ * `unmountThenRemove`; a process and a fork of the spawner fewer per destroy). The image itself
+ * holds what the tenant wrote (up to the disk's size): with `image`, the helper renames it to
+ * `image.to` (the caller's trash) after the unmounts and the caller unlinks it in the background,
+ * so destroy does not wait for that. Nothing is deleted before every mount is gone: a mount that
+ * will not go leaves the directory whole, and what is left unmounts as unmountSandbox's fallback
+ * does (lazily where busy; rejecting as it does). Answers whether `dir` is gone and whether the
+ * image may be at `image.to`; when `dir` is not gone, the caller deletes it (its trash), as after
+ * unmountSandbox. `cpu`: the host's (a CPU without the helper's syscall number takes
+ * unmountSandbox's way). */
+export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, disk: string, dir: string, image?: { from: string; to: string }, cpu: string = arch()): Promise<{ removed: boolean; moved: boolean }> {
   const targets = sandboxMounts(merged, disk);
+  const umount2 = knownSyscallNumbers(cpu)?.umount2;
   // Without a disk the writable layer is a tree the tenant shaped, in `dir`: its deletion is not
   // waited for (the caller's trash).
-  if (targets.at(-1) !== disk) {
+  if (targets.at(-1) !== disk || umount2 === undefined) {
     if (targets.length > 0) await unmountSandbox(spawner, merged, disk);
-    return false;
+    return { removed: false, moved: false };
   }
-  const r = await unmountThenRemove(spawner, dir, targets);
+  const r = await unmountThenRemove(spawner, dir, targets, umount2, image);
+  // The helper's first failure (a busy mount, or rm's "skipping ..., since it's on a different
+  // device": a mount not in `targets`); what follows logs only its own.
+  if (r.done !== "removed") console.warn(`destroy ${basename(dir)}: ${r.done}: ${JSON.stringify(r.why)}`);
   if (r.done === "not-unmounted") await unmountOneByOne(spawner, merged, disk);
-  return r.done === "removed";
+  return { removed: r.done === "removed", moved: image !== undefined && r.done !== "not-unmounted" };
 }
 
 /** The ID-mapped layers' mount points below `links` of a mounted root, as its directories say

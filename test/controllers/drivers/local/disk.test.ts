@@ -148,6 +148,10 @@ describe("a disk of its own per sandbox", () => {
     expect(loopsUnder(layout.dir)).toEqual([]);
     expect(existsSync(layout.dir)).toBe(false);
     expect(loopsUnder(join(dataDir, "trash"))).toEqual([]);
+    // The image (what the tenant wrote) went to the trash and is unlinked in the background.
+    const images = () => readdirSync(join(dataDir, "trash")).filter((n) => n.startsWith(`${d.id}.`) && n.endsWith(".img"));
+    for (let i = 0; i < 100 && images().length > 0; i++) await sleep(20);
+    expect(images()).toEqual([]);
   });
 
   it("with spare disks, a create takes one made ahead (the same image, mounted) and the next is made; dispose releases them all", async () => {

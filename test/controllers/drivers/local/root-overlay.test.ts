@@ -114,8 +114,8 @@ describe("a root filesystem of its own", { timeout: 60_000 }, () => {
     await driver.ensure(d);
     const layout = layoutFor(dataDir, d.id, true, true);
     mkdirSync(join(layout.dir, "layers", "9"));
-    // umount goes on past a target that fails: only this nested mount (layers/0 busy) is left for
-    // the fallback to clear, so the test fails if the fallback does not unmount.
+    // The destroy's helper stops at the first target that fails (layers/0, busy with this nested
+    // mount) with nothing deleted: the fallback unmounts the rest, so the test fails if it does not.
     const nested = join(layout.dir, "layers", "0", "tmp");
     execFileSync("mount", ["-t", "tmpfs", "none", nested]);
     expect(mountsUnder(layout.dir)).toContain(nested);
