@@ -2,7 +2,8 @@
 // the levels, the on-disk layout and what survives an agent restart.
 import { randomBytes } from "node:crypto";
 import { connect as tcpConnect, type Socket } from "node:net";
-import { existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { arch } from "node:os";
 import { basename, join } from "node:path";
 import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import {
@@ -39,6 +40,7 @@ import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
+import { SANDBOX_INIT_MODE, sandboxInitImage } from "./sandbox-init.ts";
 import { adoptionWarning, holderConditions, type HolderLack } from "./adopted-holders.ts";
 import { forgetRecord, readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
@@ -115,6 +117,10 @@ export interface LocalDriverOptions {
   /** False: no seccomp filter in sandboxes (also `KRUISE_LOCAL_SECCOMP=off`, for comparison, or
    * on a CPU seccomp.ts has no syscall table for, where the driver refuses to start otherwise). */
   seccomp?: boolean;
+  /** False: a sandbox's pid 1 is bwrap's own, over `sleep infinity`, which its tenant can end, as
+   * before the host's init (sandbox-init.ts; README.md "The sandbox's pid 1"): for tests of
+   * adopting such holders. */
+  init?: boolean;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -179,6 +185,9 @@ export class LocalDriver implements Driver {
   /** The seccomp program files a sandbox's processes load (seccomp.ts): the default, and the one
    * of templates with `nestedUserNamespaces`; undefined: none. */
   readonly #seccomp: Record<FilterKind, string> | undefined;
+  /** The init program's file every `bwrap` holder execs as the sandbox's pid 1 (sandbox-init.ts);
+   * undefined: bwrap's own pid 1 over `sleep infinity` (a CPU without an image, or turned off). */
+  readonly #init: string | undefined;
   /** Sandboxes whose holder's pid 1 was looked at once since this driver started (an older
    * agent's may lack the filter or a user namespace), and the claimed ones found so, with what
    * their holder lacks (warned about and counted until their holder restarts). */
@@ -270,6 +279,16 @@ export class LocalDriver implements Driver {
         writeFileSync(`${file}.tmp`, bytes, { mode: 0o600 });
         renameSync(`${file}.tmp`, file);
       }
+    }
+    // Written once per start, as root, beside the records; the spawner opens it for bwrap.
+    const image = probe.capabilities.level === "process" || opts.init === false ? undefined : sandboxInitImage(arch());
+    if (image) {
+      this.#init = join(this.#dataDir, "sandbox-init");
+      mkdirSync(this.#dataDir, { recursive: true });
+      // Its mode set apart from the write: the umask, or a leftover .tmp, would keep another.
+      writeFileSync(`${this.#init}.tmp`, image, { mode: 0o600 });
+      chmodSync(`${this.#init}.tmp`, SANDBOX_INIT_MODE);
+      renameSync(`${this.#init}.tmp`, this.#init);
     }
     const seccompNote = program
       ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged and reported as SeccompFiltered False until they restart)"
@@ -852,7 +871,7 @@ export class LocalDriver implements Driver {
       if (watching) this.#holderEnded(rec.id, watching);
     };
     const started = await startHolder(
-      { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter], onEnd },
+      { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter], init: this.#init, onEnd },
       this.#spawner,
     ).catch(async (err: unknown) => {
       // A start given up on (its holder SIGKILLed) leaves nothing of it: processes still dying
