@@ -46,15 +46,17 @@ export function procRef(pid: number): ProcRef | undefined {
   return start === undefined ? undefined : { pid, start };
 }
 
-/** The seccomp mode of a live process, from the kernel's `/proc/<pid>/status` (0 none, 1 strict,
- * 2 filter); undefined when it is gone (or a reused pid: `ref.start` no longer matches). A number
- * the kernel writes: nothing of the sandbox's is read. */
-export function seccompMode(ref: ProcRef): number | undefined {
+/** What the kernel's `/proc/<pid>/status` says of a live process: its seccomp mode (0 none,
+ * 1 strict, 2 filter) and its name (`init` for the driver's init, sandbox-init.ts; `bwrap` for
+ * bwrap's own pid 1); undefined when it is gone (or a reused pid: `ref.start` no longer matches).
+ * Read by the host's root without ptrace rights (the init is not dumpable). */
+export function holderStatus(ref: ProcRef): { seccomp: number; name: string } | undefined {
   try {
     const status = readFileSync(`/proc/${ref.pid}/status`, "utf8");
     if (procStart(ref.pid) !== ref.start) return undefined;
-    const m = /^Seccomp:\s*(\d+)$/m.exec(status);
-    return m ? Number(m[1]) : undefined;
+    const seccomp = /^Seccomp:\s*(\d+)$/m.exec(status);
+    const name = /^Name:\t(.*)$/m.exec(status);
+    return seccomp && name ? { seccomp: Number(seccomp[1]), name: name[1]! } : undefined;
   } catch {
     return undefined;
   }

@@ -19,7 +19,7 @@ import {
   type SnapshotRef,
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
-import { alive, discoverHolder, seccompMode, signalSandbox, startHolder, StatHandle } from "./holder.ts";
+import { alive, discoverHolder, holderStatus, signalSandbox, startHolder, StatHandle } from "./holder.ts";
 import { restarting, restartWait, started as holderStarted, type RestartState } from "./restart-backoff.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
 import { parseIp, privateRange } from "../../../schema/egress/address.ts";
@@ -597,17 +597,21 @@ export class LocalDriver implements Driver {
 
   /** What the running holder of an adopted sandbox lacks that this driver gives its own: the
    * seccomp filter where it loads one (`Seccomp: 0` in the kernel's status of its pid 1), a user
-   * namespace where it makes them (a record without a range). Looked at once per sandbox per
+   * namespace where it makes them (a record without a range), the init where it has one (pid 1 is
+   * bwrap's own). Looked at once per sandbox per
    * driver start; a holder this driver started is not looked at. */
   #outdatedHolder(rec: SandboxRecord): HolderLack[] {
     if (rec.level === "process" || rec.phase === "Stopped" || !rec.nsInit || this.#holderChecked.has(rec.id)) return [];
-    const mode = seccompMode(rec.nsInit);
+    const status = holderStatus(rec.nsInit);
     // Gone: the pass starts a new one, as this driver starts them.
-    if (mode === undefined) return [];
+    if (status === undefined) return [];
     this.#holderChecked.add(rec.id);
     const lacks: HolderLack[] = [];
-    if (this.#seccomp && mode === 0) lacks.push("seccomp");
+    if (this.#seccomp && status.seccomp === 0) lacks.push("seccomp");
     if (this.#uids && !rec.userns) lacks.push("userns");
+    // bwrap's own pid 1 (an older agent's holder, over `sleep`): the name the init gives itself is
+    // the kernel's word, and root inside cannot change the init's (it cannot ptrace it).
+    if (this.#init && status.name !== "init") lacks.push("init");
     return lacks;
   }
 

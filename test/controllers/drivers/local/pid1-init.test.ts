@@ -3,8 +3,8 @@
 // sleeps only, `kill -9 -1` every process but pid 1, and ptrace of pid 1 is refused; the sandbox is
 // not restarted (its memory state, a file in /dev/shm, stays). Orphans are reaped at once, and no
 // process of the sandbox holds a user namespace's descriptor. A holder an older agent started
-// (bwrap's own pid 1 over `sleep infinity`) is adopted and works; once it ends, it restarts with
-// the init.
+// (bwrap's own pid 1 over `sleep infinity`) lacks the init: a warm member's restarts at once, a
+// claimed one is warned about, works, and once it ends restarts with the init.
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,7 +15,7 @@ import type { SandboxUser } from "../../../../controllers/runtime/sandbox-view.t
 import { LocalDriver } from "../../../../controllers/drivers/local/local-driver.ts";
 import { layoutFor } from "../../../../controllers/drivers/local/layout.ts";
 import { readRecord } from "../../../../controllers/drivers/local/records.ts";
-import { desiredSandbox, destroyAll, pollUntil, shIn } from "./fixture.ts";
+import { adoptAfterRestart, desiredSandbox, destroyAll, pollUntil, shIn } from "./fixture.ts";
 
 const ROOT: SandboxUser = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
 const dataDir = mkdtempSync(join(tmpdir(), "local-pid1-init-"));
@@ -131,27 +131,38 @@ describe("the sandbox's pid 1: an init root inside cannot end", () => {
     expect((await shIn(driver, d.id, "cat /proc/1/comm")).stdout).toBe("init\n");
   });
 
-  it("a holder an older agent started (bwrap's pid 1 over `sleep`) is adopted and works; ended, it restarts with the init", async () => {
+  it("holders an older agent started (bwrap's pid 1 over `sleep`): a warm member restarts with the init; a claimed one is warned about, works, and restarts with the init once it ends", async () => {
     const adoptDir = mkdtempSync(join(tmpdir(), "local-pid1-init-adopt-"));
     const opts = { dataDir: adoptDir, cgroupName: `${cgroupName}a` };
     const first = new LocalDriver({ ...opts, pid1CheckMs: HOUR, init: false });
-    const d = desiredSandbox("iold");
+    const warm = desiredSandbox("iwarm", { claimed: false });
+    const d = desiredSandbox("iold", { claimed: true });
+    await first.ensure(warm);
     await first.ensure(d);
     const old = nsInitOf(adoptDir, d.id);
+    const oldWarm = nsInitOf(adoptDir, warm.id);
     expect(readlinkSync(`/proc/${old.pid}/exe`)).toBe("/usr/bin/bwrap");
-    await first.dispose();
-    const next = new LocalDriver({ ...opts, pid1CheckMs: 200 });
+    const { driver: next, warnings } = await adoptAfterRestart(first, () => new LocalDriver({ ...opts, pid1CheckMs: 200 }), warm, d);
+    const file = statSync(join(adoptDir, "sandbox-init"));
+    const runsInit = (pid: number) => {
+      const exe = statSync(`/proc/${pid}/exe`);
+      return [exe.dev, exe.ino];
+    };
     try {
-      expect((await next.ensure(d)).phase).toBe("Running");
+      // The warm member is nobody's yet: a new holder, the init its pid 1.
+      const newWarm = nsInitOf(adoptDir, warm.id);
+      expect(newWarm.pid).not.toBe(oldWarm.pid);
+      expect(runsInit(newWarm.pid)).toEqual([file.dev, file.ino]);
+      expect(warnings.filter((w) => w.includes(warm.id))).toEqual([expect.stringContaining("is bwrap's own over `sleep`, not the init (root inside can end it) (started by an older agent): an unclaimed warm member, restarted with it")]);
+      expect(warnings.filter((w) => w.includes(d.id))).toEqual([expect.stringContaining("not the init (root inside can end it) (started by an older agent): claimed, left running until its holder restarts (a Stop pause); 1 such sandbox(es)")]);
+      // The claimed one runs on as it was.
       expect(nsInitOf(adoptDir, d.id)).toEqual(old);
       expect((await shIn(next, d.id, "echo adopted")).stdout).toBe("adopted\n");
       // Its pid 1 still ends with its `sleep`: the timer notices, and a pass restarts it.
       await shIn(next, d.id, "kill -9 $(cat /proc/1/task/1/children)", ROOT).catch(() => undefined);
-      const back = await pollUntil(async () => (await next.ensure(d), nsInitOf(adoptDir, d.id)), (now) => now !== undefined && now.pid !== old.pid, 20_000);
+      const back = await pollUntil(async () => (await next.ensure({ ...d, generation: 4 }), nsInitOf(adoptDir, d.id)), (now) => now !== undefined && now.pid !== old.pid, 20_000);
       expect(back.pid).not.toBe(old.pid);
-      const exe = statSync(`/proc/${back.pid}/exe`);
-      const file = statSync(join(adoptDir, "sandbox-init"));
-      expect([exe.dev, exe.ino]).toEqual([file.dev, file.ino]);
+      expect(runsInit(back.pid)).toEqual([file.dev, file.ino]);
       expect((await shIn(next, d.id, "echo alive")).stdout).toBe("alive\n");
     } finally {
       await destroyAll(next, adoptDir);
