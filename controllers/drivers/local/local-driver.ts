@@ -2,7 +2,7 @@
 // the levels, the on-disk layout and what survives an agent restart.
 import { randomBytes } from "node:crypto";
 import { connect as tcpConnect, type Socket } from "node:net";
-import { chmodSync, existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { arch } from "node:os";
 import { basename, join } from "node:path";
 import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
@@ -280,15 +280,19 @@ export class LocalDriver implements Driver {
         renameSync(`${file}.tmp`, file);
       }
     }
-    // Written once per start, as root, beside the records; the spawner opens it for bwrap.
+    // Written as root, beside the records; the spawner opens it for bwrap.
     const image = probe.capabilities.level === "process" || opts.init === false ? undefined : sandboxInitImage(arch());
     if (image) {
       this.#init = join(this.#dataDir, "sandbox-init");
       mkdirSync(this.#dataDir, { recursive: true });
-      // Its mode set apart from the write: the umask, or a leftover .tmp, would keep another.
-      writeFileSync(`${this.#init}.tmp`, image, { mode: 0o600 });
-      chmodSync(`${this.#init}.tmp`, SANDBOX_INIT_MODE);
-      renameSync(`${this.#init}.tmp`, this.#init);
+      // Left as it is when it already is this image: replaced, every running sandbox's pid 1 would
+      // show as a "(deleted)" executable, which host scanners flag.
+      if (!sameInit(this.#init, image)) {
+        // Its mode set apart from the write: the umask, or a leftover .tmp, would keep another.
+        writeFileSync(`${this.#init}.tmp`, image, { mode: 0o600 });
+        chmodSync(`${this.#init}.tmp`, SANDBOX_INIT_MODE);
+        renameSync(`${this.#init}.tmp`, this.#init);
+      }
     }
     const seccompNote = program
       ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged and reported as SeccompFiltered False until they restart)"
@@ -1334,4 +1338,15 @@ function dialTcp(host: string, port: number): Promise<Socket> {
     const s = tcpConnect(port, host);
     s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);
   });
+}
+
+/** Whether `file` is a regular file of root's, of the init's mode, holding `image` (root reads it
+ * despite the mode): anything else there is replaced. */
+function sameInit(file: string, image: Uint8Array): boolean {
+  try {
+    const st = lstatSync(file);
+    return st.isFile() && st.uid === 0 && (st.mode & 0o7777) === SANDBOX_INIT_MODE && readFileSync(file).equals(image);
+  } catch {
+    return false;
+  }
 }

@@ -131,7 +131,7 @@ describe("the sandbox's pid 1: an init root inside cannot end", () => {
     expect((await shIn(driver, d.id, "cat /proc/1/comm")).stdout).toBe("init\n");
   });
 
-  it("holders an older agent started (bwrap's pid 1 over `sleep`): a warm member restarts with the init; a claimed one is warned about, works, and restarts with the init once it ends", async () => {
+  it("holders an older agent started (bwrap's pid 1 over `sleep`): a warm member restarts with the init; a claimed one is warned about, works, and restarts with the init once it ends; an agent restart keeps the init file", async () => {
     const adoptDir = mkdtempSync(join(tmpdir(), "local-pid1-init-adopt-"));
     const opts = { dataDir: adoptDir, cgroupName: `${cgroupName}a` };
     const first = new LocalDriver({ ...opts, pid1CheckMs: HOUR, init: false });
@@ -142,12 +142,13 @@ describe("the sandbox's pid 1: an init root inside cannot end", () => {
     const old = nsInitOf(adoptDir, d.id);
     const oldWarm = nsInitOf(adoptDir, warm.id);
     expect(readlinkSync(`/proc/${old.pid}/exe`)).toBe("/usr/bin/bwrap");
-    const { driver: next, warnings } = await adoptAfterRestart(first, () => new LocalDriver({ ...opts, pid1CheckMs: 200 }), warm, d);
+    const { driver: adopting, warnings } = await adoptAfterRestart(first, () => new LocalDriver({ ...opts, pid1CheckMs: 200 }), warm, d);
     const file = statSync(join(adoptDir, "sandbox-init"));
     const runsInit = (pid: number) => {
       const exe = statSync(`/proc/${pid}/exe`);
       return [exe.dev, exe.ino];
     };
+    let next = adopting;
     try {
       // The warm member is nobody's yet: a new holder, the init its pid 1.
       const newWarm = nsInitOf(adoptDir, warm.id);
@@ -164,6 +165,13 @@ describe("the sandbox's pid 1: an init root inside cannot end", () => {
       expect(back.pid).not.toBe(old.pid);
       expect(runsInit(back.pid)).toEqual([file.dev, file.ino]);
       expect((await shIn(next, d.id, "echo alive")).stdout).toBe("alive\n");
+      // The next agent start leaves the init file as it is: replaced, each running init would read
+      // as a "(deleted)" executable.
+      await next.dispose();
+      next = new LocalDriver({ ...opts, pid1CheckMs: HOUR });
+      expect(statSync(join(adoptDir, "sandbox-init")).ino).toBe(file.ino);
+      expect(readlinkSync(`/proc/${back.pid}/exe`)).toBe(join(adoptDir, "sandbox-init"));
+      expect((await shIn(next, d.id, "echo again")).stdout).toBe("again\n");
     } finally {
       await destroyAll(next, adoptDir);
     }
