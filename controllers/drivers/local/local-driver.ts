@@ -317,8 +317,8 @@ export class LocalDriver implements Driver {
     if (trash.length) this.#emptyTrash(trash);
   }
 
-  /** `listener` hears of each sandbox whose pid 1 ended by itself (root inside ended its `sleep`
-   * or ptrace-killed it, the OOM killer took it): as its holder's exit is heard, or within about
+  /** `listener` hears of each sandbox whose pid 1 ended by itself (killed from the host, the OOM
+   * killer took it; in an older agent's holder, root inside ended its `sleep` or ptrace-killed it): as its holder's exit is heard, or within about
    * PID1_CHECK_MS for a holder no exit event covers (#timed). The agent runs a pass, whose
    * `ensure` starts it again (after the backoff of restart-backoff.ts). */
   onChange(listener: (id: string) => void): void {
@@ -342,9 +342,10 @@ export class LocalDriver implements Driver {
     // Stale: a holder the driver ended itself (a stop or destroy takes it out of #watched before
     // its kill) or one replaced since.
     if (!handle || !sameProc(handle.ref, ref)) return;
-    // At `process` level the holder is pid 1. At `bwrap` levels the outer bwrap exits as soon as
-    // bwrap's init reports its first child's (`sleep`'s) end, without waiting for init, which may
-    // still be exiting, or live on with other children (an orphan reparented to it).
+    // At `process` level the holder is pid 1. At `bwrap` levels the outer bwrap exits with the
+    // init (`--as-pid-1`); in an older agent's holder, as soon as bwrap's init reports its first
+    // child's (`sleep`'s) end, without waiting for init, which may still be exiting, or live on
+    // with other children (an orphan reparented to it).
     if (handle.ended()) return this.#pid1Ended(id, ref);
     this.#timedFrozen.delete(id); // timed from now on, thawed or not
     // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, the
@@ -571,7 +572,8 @@ export class LocalDriver implements Driver {
     const wantProcesses = wantsProcesses(d);
     if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
       if (obs.phase === "Failed") {
-        // Its pid 1 ended (root inside ended its sleep, the OOM killer took it): a reboot, files
+        // Its pid 1 ended (killed from the host, the OOM killer took it, root inside ended an older
+        // agent's holder's sleep): a reboot, files
         // kept, after the backoff when it ended soon after its last start. Not ready meanwhile.
         // The agent's next pass for it comes when the wait ends (retryAfterMs): a pass per 250 ms
         // for up to a minute would write its record and look for its holder each time.
