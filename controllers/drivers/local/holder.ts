@@ -302,21 +302,30 @@ async function readChildPid(stream: NodeJS.ReadableStream): Promise<number> {
   throw new Error("bwrap closed its info fd without a child pid");
 }
 
-/** Until `pid` runs the program of `file` (the same inode: the kernel's link names it by a path
- * of the host's, which a pivoted mount namespace may show otherwise). Bounded as waitChildExec. */
+/** Until `pid` runs the init of `file` (the same inode: the kernel's link names it by a path of
+ * the host's, which a pivoted mount namespace may show otherwise) and has set SIGCHLD to SIG_IGN
+ * (`SigIgn` in its status): the exe alone is so from the end of execve, before its close_range and
+ * rt_sigaction, whose failure (an exit) would then read as a pid 1 that ended after a good start,
+ * a restart loop, instead of a start that failed. Bounded as waitChildExec. */
 async function waitExecOf(pid: number, file: string, timeoutMs = 20_000): Promise<void> {
   const want = statSync(file);
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
       const exe = statSync(`/proc/${pid}/exe`);
-      if (exe.ino === want.ino && exe.dev === want.dev) return;
+      if (exe.ino === want.ino && exe.dev === want.dev && ignoresSigchld(readFileSync(`/proc/${pid}/status`, "utf8"))) return;
     } catch {
       // not yet readable, or gone (the start's exit watch says so)
     }
     if (Date.now() > deadline) throw new Error(`sandbox init ${pid} did not start ${file}`);
     await sleep(1);
   }
+}
+
+/** Whether a `/proc/<pid>/status` text has SIGCHLD (17, bit 16) among the ignored signals. */
+export function ignoresSigchld(status: string): boolean {
+  const m = /^SigIgn:\s*([0-9a-f]+)$/m.exec(status);
+  return m !== null && (BigInt(`0x${m[1]}`) & (1n << 16n)) !== 0n;
 }
 
 async function waitExec(pid: number, exe: string, timeoutMs = 5000): Promise<void> {
