@@ -8,12 +8,15 @@ import { SandboxConditionType, SeccompFilteredReason, UserNamespacedReason } fro
 /** `seccomp`: its holder (pid 1) runs without the driver's filter (`Seccomp: 0`), and a filtered
  * command may ptrace it and make the calls the filter refuses. `userns`: it runs in the host's
  * user namespace (its record has no range): root inside is the host's root, without capabilities
- * but owning every file the host's root owns. */
-export type HolderLack = "seccomp" | "userns";
+ * but owning every file the host's root owns. `init`: its pid 1 is bwrap's own over `sleep`, not
+ * the driver's init (sandbox-init.ts): root inside can end it (`pkill sleep`, `kill -9 -1`,
+ * ptrace), and its `sleep` holds the descriptor of the sandbox's user namespace. */
+export type HolderLack = "seccomp" | "userns" | "init";
 
 type Condition = NonNullable<SandboxObservation["conditions"]>[number];
 
-const LACKS: Record<HolderLack, { logged: string; lacking: Condition; restarted: Condition }> = {
+// `init` has no condition (yet): the log line says it; a condition type would be a schema change.
+const LACKS: Record<HolderLack, { logged: string; lacking?: Condition; restarted?: Condition }> = {
   seccomp: {
     logged: "runs without the seccomp filter",
     lacking: {
@@ -34,6 +37,7 @@ const LACKS: Record<HolderLack, { logged: string; lacking: Condition; restarted:
     },
     restarted: { type: SandboxConditionType.UserNamespaced, status: "True", reason: UserNamespacedReason.HolderRestarted, message: "its holder was restarted in a user namespace of its own" },
   },
+  init: { logged: "is bwrap's own over `sleep`, not the init (root inside can end it)" },
 };
 
 /** The agent's log line for an adopted holder lacking `lacks`: an unclaimed warm member is
@@ -47,6 +51,6 @@ export function adoptionWarning(id: string, lacks: readonly HolderLack[], replac
 /** The conditions of a sandbox whose adopted holder lacks `lacking` (False each), or whose holder
  * this driver restarted after it lacked `restarted` (True each). */
 export function holderConditions(lacking: readonly HolderLack[] | undefined, restarted: readonly HolderLack[] | undefined): Pick<SandboxObservation, "conditions"> {
-  const conditions = [...(lacking ?? []).map((l) => LACKS[l].lacking), ...(restarted ?? []).map((l) => LACKS[l].restarted)];
+  const conditions = [...(lacking ?? []).map((l) => LACKS[l].lacking), ...(restarted ?? []).map((l) => LACKS[l].restarted)].filter((c) => c !== undefined);
   return conditions.length ? { conditions } : {};
 }

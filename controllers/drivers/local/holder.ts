@@ -1,12 +1,14 @@
-// The holder: one small long-lived process per sandbox that owns its namespaces (bubblewrap's
-// pid 1 plus `sleep infinity`), or at `process` level just marks that the sandbox exists.
+// The holder: one small long-lived process per sandbox that owns its namespaces (bubblewrap, whose
+// pid 1 inside is the host's init program, sandbox-init.ts; a holder started before it, or on a CPU
+// it has no image for, has bubblewrap's own pid 1 plus `sleep infinity`), or at `process` level
+// just marks that the sandbox exists.
 // Holders are started in their own session and are not tied to the agent's lifetime
 // (no --die-with-parent), so an agent restart keeps sandboxes running; the next agent finds them
 // through the records and /proc.
 // bwrap reads its options from a file descriptor (`--args`), not its command line: its pid 1
 // inside the sandbox keeps bwrap's argv, which every process there can read, and the mounts name
 // host paths.
-import { closeSync, openSync, readFileSync, readSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { helperEnv, lastLine } from "./host-helpers.ts";
 import { MARKER_ENV } from "./local-view.ts";
@@ -44,15 +46,17 @@ export function procRef(pid: number): ProcRef | undefined {
   return start === undefined ? undefined : { pid, start };
 }
 
-/** The seccomp mode of a live process, from the kernel's `/proc/<pid>/status` (0 none, 1 strict,
- * 2 filter); undefined when it is gone (or a reused pid: `ref.start` no longer matches). A number
- * the kernel writes: nothing of the sandbox's is read. */
-export function seccompMode(ref: ProcRef): number | undefined {
+/** What the kernel's `/proc/<pid>/status` says of a live process: its seccomp mode (0 none,
+ * 1 strict, 2 filter) and its name (`init` for the driver's init, sandbox-init.ts; `bwrap` for
+ * bwrap's own pid 1); undefined when it is gone (or a reused pid: `ref.start` no longer matches).
+ * Read by the host's root without ptrace rights (the init is not dumpable). */
+export function holderStatus(ref: ProcRef): { seccomp: number; name: string } | undefined {
   try {
     const status = readFileSync(`/proc/${ref.pid}/status`, "utf8");
     if (procStart(ref.pid) !== ref.start) return undefined;
-    const m = /^Seccomp:\s*(\d+)$/m.exec(status);
-    return m ? Number(m[1]) : undefined;
+    const seccomp = /^Seccomp:\s*(\d+)$/m.exec(status);
+    const name = /^Name:\t(.*)$/m.exec(status);
+    return seccomp && name ? { seccomp: Number(seccomp[1]), name: name[1]! } : undefined;
   } catch {
     return undefined;
   }
@@ -158,8 +162,11 @@ export interface HolderSpec {
   /** Start inside this user namespace (userns.ts): bwrap runs as its owner, the range's first host
    * uid, with no capability on the host, and creates the sandbox's namespaces inside it. */
   userns?: { nsPath: string; owner: number };
-  /** The seccomp program file (seccomp.ts) bwrap loads into `sleep infinity` (`--seccomp`). */
+  /** The seccomp program file (seccomp.ts) bwrap loads into the sandbox's pid 1 (`--seccomp`). */
   seccomp?: string;
+  /** The init program's file (sandbox-init.ts; the driver writes it): bwrap execs it as the
+   * sandbox's pid 1 (`--as-pid-1`). Without it, bwrap's own pid 1 runs `sleep infinity`. */
+  init?: string;
   /** Once started, told when the holder exits (`heard` true: at `bwrap` levels it exits after its
    * pid 1, at `process` level it is pid 1), or that nobody can tell any more (false: the spawner
    * that started it died). Called at most once, possibly before startHolder's promise settles
@@ -170,7 +177,7 @@ export interface HolderSpec {
 /** bwrap as the user namespace's owner: it joins the namespace (`--userns`) and so holds
  * capabilities only there. Its bind sources (under the root-only data directory, which that uid
  * may not traverse) come as descriptors the spawner opened as root (`--bind-fd`). */
-function inUserns(bwrapArgs: string[], owner: number): { argv: string[]; args: string[]; fds: string[] } {
+function inUserns(bwrapArgs: string[], owner: number): { setpriv: string[]; args: string[]; fds: string[] } {
   const args: string[] = ["--userns", String(USERNS_FD)];
   const fds: string[] = [];
   for (let i = 0; i < bwrapArgs.length; i++) {
@@ -183,8 +190,7 @@ function inUserns(bwrapArgs: string[], owner: number): { argv: string[]; args: s
       args.push(a);
     }
   }
-  const argv = [SETPRIV, `--reuid=${owner}`, `--regid=${owner}`, "--clear-groups", "bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"];
-  return { argv, args, fds };
+  return { setpriv: [SETPRIV, `--reuid=${owner}`, `--regid=${owner}`, "--clear-groups"], args, fds };
 }
 
 /** Starts the holder (forked by `spawner`) and waits until the sandbox is ready for processes to join. */
@@ -192,7 +198,7 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   const env = helperEnv({ [MARKER_ENV]: spec.id, ...(spec.nonce ? { [HOLDER_NONCE_ENV]: spec.nonce } : {}), KRUISE_CGROUPS: spec.cgroupProcs.join(":") });
   const ns = spec.bwrapArgs && spec.userns ? inUserns(spec.bwrapArgs, spec.userns.owner) : undefined;
   const bwrapArgs = ns?.args ?? spec.bwrapArgs;
-  const argv = ns?.argv ?? (spec.bwrapArgs ? ["bwrap", "--args", String(ARGS_FD), "--", SLEEP, "infinity"] : [SLEEP, "infinity"]);
+  const asPid1 = spec.init && bwrapArgs ? ["--as-pid-1"] : [];
   // NUL-terminated, as bwrap reads them (to the end; then it closes the fd). A file, not a pipe:
   // the sockets Node gives a child as extra fds are non-blocking, and bwrap does not wait on them.
   // In the spawner's private directory, never beside the log: that is on the sandbox's disk, which
@@ -200,10 +206,15 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   // make every later start fail with ENOSPC.
   const argsFile = spawner.scratchFile("bwrap-args");
   const extra = ns ? [{ read: spec.userns!.nsPath }, ...ns.fds.map((read) => ({ read }))] : [];
+  // The init comes as a descriptor the spawner opened on the host and is exec'd through it: no
+  // path of the sandbox's root (the template's) is involved.
+  if (asPid1.length) extra.push({ read: spec.init! });
+  const command = asPid1.length ? [`/proc/self/fd/${ARGS_FD + extra.length}`] : [SLEEP, "infinity"];
+  const argv = bwrapArgs ? [...(ns?.setpriv ?? []), "bwrap", "--args", String(ARGS_FD), "--", ...command] : [SLEEP, "infinity"];
   // The filter's descriptor comes after every other one bwrap is handed.
   const seccomp = spec.seccomp && bwrapArgs ? ["--seccomp", String(ARGS_FD + 1 + extra.length)] : [];
   if (seccomp.length) extra.push({ read: spec.seccomp! });
-  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
+  if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...asPid1, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
   let child: SpawnedProcess;
   try {
     child = await spawner.spawn(
@@ -233,9 +244,10 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
     const holder = procRef(pid);
     const nsInit = procRef(initPid);
     if (!holder || !nsInit) return await exited;
-    // bwrap reports its pid 1 before the mounts are done; `sleep` running means they are.
+    // bwrap reports its pid 1 before the mounts are done; the init (or `sleep`) running means they are.
     try {
-      await Promise.race([Promise.all([waitChildExec(initPid, SLEEP), spec.onNamespaces?.(nsInit)]), exited]);
+      const ready = asPid1.length ? waitExecOf(initPid, spec.init!) : waitChildExec(initPid, SLEEP);
+      await Promise.race([Promise.all([ready, spec.onNamespaces?.(nsInit)]), exited]);
     } catch (err) {
       // A holder the caller never learns of would outlive every retry (it is not tied to us).
       for (const ref of [nsInit, holder]) if (alive(ref)) process.kill(ref.pid, "SIGKILL");
@@ -257,11 +269,11 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
 /** The OOM killer never takes a holder the driver started (bwrap in the agent's pid namespace,
  * or `sleep` at `process` level, where it is the sandbox): a host binary no process of the
  * sandbox can name, let alone ptrace. (At bwrap levels the sandbox's pid 1 outlives it: killed,
- * the sandbox ran on.) Not the sandbox's pid 1 nor its `sleep`: `sleep` is the template's binary (a build, or
- * root inside before a Stop pause, may make it anything) and root inside may ptrace either (it
- * ends pid 1 that way), so a fork made there would pass -1000 on to tenant processes that the
- * OOM killer then never takes, and at a level without a memory cgroup a host OOM would kill host
- * processes instead. They stay ordinary candidates, among the smallest of their sandbox: the
+ * the sandbox ran on.) Not the sandbox's pid 1 (nor an older holder's `sleep`, the template's
+ * binary, which root inside may ptrace, as that pid 1): a fork made there would pass -1000 on to
+ * tenant processes that the OOM killer then never takes, and at a level without a memory cgroup a
+ * host OOM would kill host processes instead. (The init of sandbox-init.ts never forks and cannot
+ * be ptraced; left a candidate all the same, unchanged.) They stay ordinary candidates, among the smallest of their sandbox: the
  * OOM killer takes the largest process first, though memory that counts to no process (tmpfs,
  * shm) can leave pid 1 (1-2 MB) next in line; a pid 1 that ends is restarted (local-driver.ts
  * #holderEnded, #checkWatched). Set after the fork of pid 1, which so inherits nothing. */
@@ -288,6 +300,32 @@ async function readChildPid(stream: NodeJS.ReadableStream): Promise<number> {
     }
   }
   throw new Error("bwrap closed its info fd without a child pid");
+}
+
+/** Until `pid` runs the init of `file` (the same inode: the kernel's link names it by a path of
+ * the host's, which a pivoted mount namespace may show otherwise) and has set SIGCHLD to SIG_IGN
+ * (`SigIgn` in its status): the exe alone is so from the end of execve, before its close_range and
+ * rt_sigaction, whose failure (an exit) would then read as a pid 1 that ended after a good start,
+ * a restart loop, instead of a start that failed. Bounded as waitChildExec. */
+async function waitExecOf(pid: number, file: string, timeoutMs = 20_000): Promise<void> {
+  const want = statSync(file);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const exe = statSync(`/proc/${pid}/exe`);
+      if (exe.ino === want.ino && exe.dev === want.dev && ignoresSigchld(readFileSync(`/proc/${pid}/status`, "utf8"))) return;
+    } catch {
+      // not yet readable, or gone (the start's exit watch says so)
+    }
+    if (Date.now() > deadline) throw new Error(`sandbox init ${pid} did not start ${file}`);
+    await sleep(1);
+  }
+}
+
+/** Whether a `/proc/<pid>/status` text has SIGCHLD (17, bit 16) among the ignored signals. */
+export function ignoresSigchld(status: string): boolean {
+  const m = /^SigIgn:\s*([0-9a-f]+)$/m.exec(status);
+  return m !== null && (BigInt(`0x${m[1]}`) & (1n << 16n)) !== 0n;
 }
 
 async function waitExec(pid: number, exe: string, timeoutMs = 5000): Promise<void> {
@@ -444,9 +482,10 @@ function parentOf(pid: number): number | undefined {
 }
 
 /** The variable that carries a holder's nonce (records.ts: holderNonce). Commands get their own
- * environment (local-view.ts), not the holder's. bwrap's pid 1 is a copy of bwrap, environment
- * block included, and its `sleep infinity` inherits it, so a sandbox's own tenant may read its
- * nonce there: it lets that tenant pose only as its own holder, which it could do anyway. */
+ * environment (local-view.ts), not the holder's. The sandbox's pid 1 keeps it, unreadable from
+ * inside (sandbox-init.ts: not dumpable); an older holder's pid 1, a copy of bwrap, and its `sleep
+ * infinity` show it, so that sandbox's own tenant may read its nonce there: it lets that tenant
+ * pose only as its own holder, which it could do anyway. */
 export const HOLDER_NONCE_ENV = "KRUISE_HOLDER_NONCE";
 
 /** The holder (and its pid 1) of a sandbox whose record lost them: an agent killed between

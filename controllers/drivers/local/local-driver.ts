@@ -2,8 +2,9 @@
 // the levels, the on-disk layout and what survives an agent restart.
 import { randomBytes } from "node:crypto";
 import { connect as tcpConnect, type Socket } from "node:net";
-import { existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { unlink } from "node:fs/promises";
+import { arch } from "node:os";
 import { basename, join } from "node:path";
 import type { SandboxView, SpawnRequest } from "../../runtime/sandbox-view.ts";
 import {
@@ -19,7 +20,7 @@ import {
   type SnapshotRef,
 } from "../driver.ts";
 import { cgroupPids, cgroupSetFor, createCgroups, isFrozen, killAndRemove, listCgroupIds, procsFiles, removeParents, setFrozen, type CgroupLayout } from "./cgroups.ts";
-import { alive, discoverHolder, seccompMode, signalSandbox, startHolder, StatHandle } from "./holder.ts";
+import { alive, discoverHolder, holderStatus, signalSandbox, startHolder, StatHandle } from "./holder.ts";
 import { restarting, restartWait, started as holderStarted, type RestartState } from "./restart-backoff.ts";
 import { EGRESS_MAX_CONNECTIONS, EGRESS_PROXY_PORT, LocalEgress, networkMode, networkOf, proxyEnv, type NetworkMode } from "./egress.ts";
 import { parseIp, privateRange } from "../../../schema/egress/address.ts";
@@ -40,6 +41,7 @@ import { LocalSandboxView } from "./local-view.ts";
 import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
+import { SANDBOX_INIT_MODE, sandboxInitImage } from "./sandbox-init.ts";
 import { adoptionWarning, holderConditions, type HolderLack } from "./adopted-holders.ts";
 import { forgetRecord, readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
@@ -116,6 +118,10 @@ export interface LocalDriverOptions {
   /** False: no seccomp filter in sandboxes (also `KRUISE_LOCAL_SECCOMP=off`, for comparison, or
    * on a CPU seccomp.ts has no syscall table for, where the driver refuses to start otherwise). */
   seccomp?: boolean;
+  /** False: a sandbox's pid 1 is bwrap's own, over `sleep infinity`, which its tenant can end, as
+   * before the host's init (sandbox-init.ts; README.md "The sandbox's pid 1"): for tests of
+   * adopting such holders. */
+  init?: boolean;
 }
 
 const LEVEL_ORDER: IsolationLevel[] = ["kubernetes", "bwrap+cgroup", "bwrap", "process"];
@@ -180,6 +186,9 @@ export class LocalDriver implements Driver {
   /** The seccomp program files a sandbox's processes load (seccomp.ts): the default, and the one
    * of templates with `nestedUserNamespaces`; undefined: none. */
   readonly #seccomp: Record<FilterKind, string> | undefined;
+  /** The init program's file every `bwrap` holder execs as the sandbox's pid 1 (sandbox-init.ts);
+   * undefined: bwrap's own pid 1 over `sleep infinity` (a CPU without an image, or turned off). */
+  readonly #init: string | undefined;
   /** Sandboxes whose holder's pid 1 was looked at once since this driver started (an older
    * agent's may lack the filter or a user namespace), and the claimed ones found so, with what
    * their holder lacks (warned about and counted until their holder restarts). */
@@ -272,6 +281,20 @@ export class LocalDriver implements Driver {
         renameSync(`${file}.tmp`, file);
       }
     }
+    // Written as root, beside the records; the spawner opens it for bwrap.
+    const image = probe.capabilities.level === "process" || opts.init === false ? undefined : sandboxInitImage(arch());
+    if (image) {
+      this.#init = join(this.#dataDir, "sandbox-init");
+      mkdirSync(this.#dataDir, { recursive: true });
+      // Left as it is when it already is this image: replaced, every running sandbox's pid 1 would
+      // show as a "(deleted)" executable, which host scanners flag.
+      if (!sameInit(this.#init, image)) {
+        // Its mode set apart from the write: the umask, or a leftover .tmp, would keep another.
+        writeFileSync(`${this.#init}.tmp`, image, { mode: 0o600 });
+        chmodSync(`${this.#init}.tmp`, SANDBOX_INIT_MODE);
+        renameSync(`${this.#init}.tmp`, this.#init);
+      }
+    }
     const seccompNote = program
       ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged and reported as SeccompFiltered False until they restart)"
       : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
@@ -295,8 +318,8 @@ export class LocalDriver implements Driver {
     if (trash.length) this.#emptyTrash(trash);
   }
 
-  /** `listener` hears of each sandbox whose pid 1 ended by itself (root inside ended its `sleep`
-   * or ptrace-killed it, the OOM killer took it): as its holder's exit is heard, or within about
+  /** `listener` hears of each sandbox whose pid 1 ended by itself (killed from the host, the OOM
+   * killer took it; in an older agent's holder, root inside ended its `sleep` or ptrace-killed it): as its holder's exit is heard, or within about
    * PID1_CHECK_MS for a holder no exit event covers (#timed). The agent runs a pass, whose
    * `ensure` starts it again (after the backoff of restart-backoff.ts). */
   onChange(listener: (id: string) => void): void {
@@ -320,9 +343,10 @@ export class LocalDriver implements Driver {
     // Stale: a holder the driver ended itself (a stop or destroy takes it out of #watched before
     // its kill) or one replaced since.
     if (!handle || !sameProc(handle.ref, ref)) return;
-    // At `process` level the holder is pid 1. At `bwrap` levels the outer bwrap exits as soon as
-    // bwrap's init reports its first child's (`sleep`'s) end, without waiting for init, which may
-    // still be exiting, or live on with other children (an orphan reparented to it).
+    // At `process` level the holder is pid 1. At `bwrap` levels the outer bwrap exits with the
+    // init (`--as-pid-1`); in an older agent's holder, as soon as bwrap's init reports its first
+    // child's (`sleep`'s) end, without waiting for init, which may still be exiting, or live on
+    // with other children (an orphan reparented to it).
     if (handle.ended()) return this.#pid1Ended(id, ref);
     this.#timedFrozen.delete(id); // timed from now on, thawed or not
     // Its pid 1 runs on with nothing left to tell of its end (a holder killed from the host, the
@@ -557,7 +581,8 @@ export class LocalDriver implements Driver {
     const wantProcesses = wantsProcesses(d);
     if (wantProcesses && (obs.phase === "Stopped" || obs.phase === "Failed" || obs.phase === "Pending")) {
       if (obs.phase === "Failed") {
-        // Its pid 1 ended (root inside ended its sleep, the OOM killer took it): a reboot, files
+        // Its pid 1 ended (killed from the host, the OOM killer took it, root inside ended an older
+        // agent's holder's sleep): a reboot, files
         // kept, after the backoff when it ended soon after its last start. Not ready meanwhile.
         // The agent's next pass for it comes when the wait ends (retryAfterMs): a pass per 250 ms
         // for up to a minute would write its record and look for its holder each time.
@@ -587,17 +612,21 @@ export class LocalDriver implements Driver {
 
   /** What the running holder of an adopted sandbox lacks that this driver gives its own: the
    * seccomp filter where it loads one (`Seccomp: 0` in the kernel's status of its pid 1), a user
-   * namespace where it makes them (a record without a range). Looked at once per sandbox per
+   * namespace where it makes them (a record without a range), the init where it has one (pid 1 is
+   * bwrap's own). Looked at once per sandbox per
    * driver start; a holder this driver started is not looked at. */
   #outdatedHolder(rec: SandboxRecord): HolderLack[] {
     if (rec.level === "process" || rec.phase === "Stopped" || !rec.nsInit || this.#holderChecked.has(rec.id)) return [];
-    const mode = seccompMode(rec.nsInit);
+    const status = holderStatus(rec.nsInit);
     // Gone: the pass starts a new one, as this driver starts them.
-    if (mode === undefined) return [];
+    if (status === undefined) return [];
     this.#holderChecked.add(rec.id);
     const lacks: HolderLack[] = [];
-    if (this.#seccomp && mode === 0) lacks.push("seccomp");
+    if (this.#seccomp && status.seccomp === 0) lacks.push("seccomp");
     if (this.#uids && !rec.userns) lacks.push("userns");
+    // bwrap's own pid 1 (an older agent's holder, over `sleep`): the name the init gives itself is
+    // the kernel's word, and root inside cannot change the init's (it cannot ptrace it).
+    if (this.#init && status.name !== "init") lacks.push("init");
     return lacks;
   }
 
@@ -861,7 +890,7 @@ export class LocalDriver implements Driver {
       if (watching) this.#holderEnded(rec.id, watching);
     };
     const started = await startHolder(
-      { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter], onEnd },
+      { id: rec.id, nonce: next.holderNonce, bwrapArgs, cgroupProcs: cgroups ? procsFiles(cgroups) : [], cwd: layout.dir, log: layout.log, onNamespaces: attach, userns, seccomp: this.#seccomp?.[filter], init: this.#init, onEnd },
       this.#spawner,
     ).catch(async (err: unknown) => {
       // A start given up on (its holder SIGKILLed) leaves nothing of it: processes still dying
@@ -1336,4 +1365,15 @@ function dialTcp(host: string, port: number): Promise<Socket> {
     const s = tcpConnect(port, host);
     s.once("connect", () => resolve(s.off("error", reject))).once("error", reject);
   });
+}
+
+/** Whether `file` is a regular file of root's, of the init's mode, holding `image` (root reads it
+ * despite the mode): anything else there is replaced. */
+function sameInit(file: string, image: Uint8Array): boolean {
+  try {
+    const st = lstatSync(file);
+    return st.isFile() && st.uid === 0 && (st.mode & 0o7777) === SANDBOX_INIT_MODE && readFileSync(file).equals(image);
+  } catch {
+    return false;
+  }
 }

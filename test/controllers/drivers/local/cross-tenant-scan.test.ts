@@ -113,7 +113,8 @@ describe("the host-wide scan at bwrap without cgroups, against another tenant's 
     const forker = await attack(a.d.id, a.ns, b.d.id);
     try {
       const inB = [...processes(b.d.id).filter((p) => p.ns === b.ns).map((p) => p.pid), host];
-      expect(inB.length).toBeGreaterThanOrEqual(4);
+      // Its pid 1 (the init, sandbox-init.ts), the sleep and the host-side one at least.
+      expect(inB.length).toBeGreaterThanOrEqual(3);
       const t0 = Date.now();
       expect((await driver.ensure({ ...b.d, generation: 2, state: "Paused" })).phase).toBe("Paused");
       const frozeMs = Date.now() - t0;

@@ -1,5 +1,6 @@
-// A sandbox whose pid 1 ends by itself (root inside ends bwrap's init by ending its `sleep` or
-// through ptrace; the OOM killer can take it) is rebooted, as Kubernetes restarts a dead container:
+// A sandbox whose pid 1 ends by itself (the host kills it, the OOM killer takes it; root inside
+// ends an older agent's holder, bwrap's init, by ending its `sleep` or through ptrace: the init of
+// sandbox-init.ts it cannot end, pid1-init.test.ts) is rebooted, as Kubernetes restarts a dead container:
 // the driver notices (its spawner hears the holder exit; a holder it did not start is looked at
 // every PID1_CHECK_MS) and tells its listener (the agent), whose next pass starts it again, its
 // files kept and its processes gone. Killed again soon after a restart, it waits a backoff first,
@@ -30,6 +31,13 @@ const driver = new LocalDriver({ dataDir, cgroupName, pid1CheckMs: HOUR });
 const told: string[] = [];
 driver.onChange((id) => told.push(id));
 afterAll(() => destroyAll(driver, dataDir));
+/** Holders as an older agent started them (bwrap's pid 1 over `sleep infinity`), which root
+ * inside can end. */
+const olderDir = mkdtempSync(join(tmpdir(), "local-pid1-older-"));
+const older = new LocalDriver({ dataDir: olderDir, cgroupName: `${cgroupName}o`, pid1CheckMs: HOUR, init: false });
+const olderTold: string[] = [];
+older.onChange((id) => olderTold.push(id));
+afterAll(() => destroyAll(older, olderDir));
 
 /** Processes inside whose command line holds `marker` (the pattern's brackets keep grep's own out). */
 const COUNT_MARKED = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 424[2]'";
@@ -90,14 +98,14 @@ async function killedAndBack(on: LocalDriver, dir: string, d: DesiredSandbox, he
 
 /** A file and a process before; after the restart the file is there, the process gone, and a
  * command runs. */
-async function rebootsKeepingFiles(d: DesiredSandbox, end: () => Promise<unknown>): Promise<void> {
-  await shIn(driver, d.id, "echo kept > /tmp/before");
-  await shIn(driver, d.id, "setsid nohup sleep 4242 >/dev/null 2>&1 < /dev/null &");
-  expect((await pollUntil(() => shIn(driver, d.id, COUNT_MARKED).then((r) => r.stdout), (out) => out === "1\n")).trim()).toBe("1");
-  await endedAndRestarted(d, end);
-  expect((await shIn(driver, d.id, "cat /tmp/before")).stdout).toBe("kept\n");
-  expect((await shIn(driver, d.id, `${COUNT_MARKED} || true`)).stdout).toBe("0\n");
-  expect((await shIn(driver, d.id, "echo alive")).stdout).toBe("alive\n");
+async function rebootsKeepingFiles(d: DesiredSandbox, end: () => Promise<unknown>, on = driver, heard = told): Promise<void> {
+  await shIn(on, d.id, "echo kept > /tmp/before");
+  await shIn(on, d.id, "setsid nohup sleep 4242 >/dev/null 2>&1 < /dev/null &");
+  expect((await pollUntil(() => shIn(on, d.id, COUNT_MARKED).then((r) => r.stdout), (out) => out === "1\n")).trim()).toBe("1");
+  await endedAndRestarted(d, end, on, heard);
+  expect((await shIn(on, d.id, "cat /tmp/before")).stdout).toBe("kept\n");
+  expect((await shIn(on, d.id, `${COUNT_MARKED} || true`)).stdout).toBe("0\n");
+  expect((await shIn(on, d.id, "echo alive")).stdout).toBe("alive\n");
 }
 
 describe("a sandbox whose pid 1 ends by itself", () => {
@@ -114,25 +122,25 @@ describe("a sandbox whose pid 1 ends by itself", () => {
     await rebootsKeepingFiles(d, async () => process.kill(readRecord(layoutFor(dataDir, d.id).record)!.nsInit!.pid, "SIGKILL"));
   });
 
-  it("root inside ends its sleep (pkill): the same", async () => {
-    expect(driver.capabilities.level).not.toBe("process");
+  it("an older agent's holder: root inside ends its sleep (pkill): the same", async () => {
+    expect(older.capabilities.level).not.toBe("process");
     const d = desiredSandbox("pk");
-    await driver.ensure(d);
-    await rebootsKeepingFiles(d, () => shIn(driver, d.id, "kill -9 $(cat /proc/1/task/1/children)", ROOT).catch(() => undefined));
+    await older.ensure(d);
+    await rebootsKeepingFiles(d, () => shIn(older, d.id, "kill -9 $(cat /proc/1/task/1/children)", ROOT).catch(() => undefined), older, olderTold);
   });
 
-  it("killed by root inside through ptrace: the same", async () => {
-    expect(driver.capabilities.level).not.toBe("process");
+  it("an older agent's holder: killed by root inside through ptrace: the same", async () => {
+    expect(older.capabilities.level).not.toBe("process");
     const d = desiredSandbox("pt");
-    await driver.ensure(d);
+    await older.ensure(d);
     await rebootsKeepingFiles(d, async () => {
-      const r = await shIn(driver, d.id, `(${PTRACE_KILL_PID1}
+      const r = await shIn(older, d.id, `(${PTRACE_KILL_PID1}
 ) 2>&1`, ROOT).catch((err: Error) => ({ stdout: "", stderr: err.message }));
       // Yama's ptrace_scope >= 1 refuses the attach (the sandbox lacks CAP_SYS_PTRACE), and the
       // script refuses a pid 1 in the host's pid namespace: either fails here, by name, not by the
       // poll's timeout (the e2e case asserts the same).
       expect(`${r.stdout}${r.stderr}`, "ptrace refused (Yama ptrace_scope?) or pid 1 the host's").not.toMatch(/PTRACE_ATTACH|refused/);
-    });
+    }, older, olderTold);
   });
 
   it("killed again soon after its restart: started again after a backoff, not ready meanwhile", async () => {
