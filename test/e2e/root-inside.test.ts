@@ -66,11 +66,14 @@ describe("root inside, nothing outside", () => {
     const asRoot = await sbx.commands.run("sleep 301", { background: true, user: "root" });
     try {
       // A background command is started when its pid is known, but its `bash -l` may not have
-      // exec'd sleep yet (CI under load saw only root's): wait for user's sleep to show.
+      // exec'd sleep yet (CI under load saw only one of them): wait for both sleeps to show. (The
+      // holder's own `sleep infinity`, root's, used to hide a late root sleep: the sandbox's pid 1
+      // is the init now.)
       const ours = await waitFor(() => {
         const mine = hostProcesses().filter((p) => p.uidMap === `0 ${base} ${size}`);
-        return mine.some((p) => p.name === "sleep" && p.uid !== base) && mine;
-      }, { what: "the user's sleep on the host" });
+        const sleeping = new Set(mine.filter((p) => p.name === "sleep").map((p) => p.uid));
+        return sleeping.has(base) && sleeping.has(base + 1000) && mine;
+      }, { what: "root's and the user's sleeps on the host" });
       const sleeps = ours.filter((p) => p.name === "sleep");
       // root's as the range's 0, user's as its 1000.
       expect(new Set(sleeps.map((p) => p.uid))).toEqual(new Set([base, base + 1000]));
