@@ -617,16 +617,16 @@ export class LocalDriver implements Driver {
    * driver start; a holder this driver started is not looked at. */
   #outdatedHolder(rec: SandboxRecord): HolderLack[] {
     if (rec.level === "process" || rec.phase === "Stopped" || !rec.nsInit || this.#holderChecked.has(rec.id)) return [];
-    const status = holderStatus(rec.nsInit);
+    const status = holderStatus(rec.nsInit, this.#init);
     // Gone: the pass starts a new one, as this driver starts them.
     if (status === undefined) return [];
     this.#holderChecked.add(rec.id);
     const lacks: HolderLack[] = [];
     if (this.#seccomp && status.seccomp === 0) lacks.push("seccomp");
     if (this.#uids && !rec.userns) lacks.push("userns");
-    // bwrap's own pid 1 (an older agent's holder, over `sleep`): the name the init gives itself is
-    // the kernel's word, and root inside cannot change the init's (it cannot ptrace it).
-    if (this.#init && status.name !== "init") lacks.push("init");
+    // bwrap's own pid 1 (an older agent's holder, over `sleep`): told by the file it runs, the
+    // kernel's link, never by its name (root inside can ptrace that bwrap and rename it `init`).
+    if (this.#init && !status.init) lacks.push("init");
     return lacks;
   }
 
