@@ -46,19 +46,34 @@ export function procRef(pid: number): ProcRef | undefined {
   return start === undefined ? undefined : { pid, start };
 }
 
-/** What the kernel's `/proc/<pid>/status` says of a live process: its seccomp mode (0 none,
- * 1 strict, 2 filter) and its name (`init` for the driver's init, sandbox-init.ts; `bwrap` for
- * bwrap's own pid 1); undefined when it is gone (or a reused pid: `ref.start` no longer matches).
+/** What the kernel says of a live process: its seccomp mode (`/proc/<pid>/status`: 0 none,
+ * 1 strict, 2 filter) and, given the init's file, whether it runs that init (runsFile: not its
+ * `Name:`, which an older holder's pid 1, a bwrap that root inside can ptrace, could set with
+ * PR_SET_NAME); undefined when it is gone (or a reused pid: `ref.start` no longer matches).
  * Read by the host's root without ptrace rights (the init is not dumpable). */
-export function holderStatus(ref: ProcRef): { seccomp: number; name: string } | undefined {
+export function holderStatus(ref: ProcRef, init?: string): { seccomp: number; init: boolean } | undefined {
+  // The driver wrote it at its start; were it gone, no process would run it.
+  const want = init === undefined ? undefined : statSync(init, { throwIfNoEntry: false });
   try {
     const status = readFileSync(`/proc/${ref.pid}/status`, "utf8");
+    const runsInit = want !== undefined && runsFile(ref.pid, want);
     if (procStart(ref.pid) !== ref.start) return undefined;
     const seccomp = /^Seccomp:\s*(\d+)$/m.exec(status);
-    const name = /^Name:\t(.*)$/m.exec(status);
-    return seccomp && name ? { seccomp: Number(seccomp[1]), name: name[1]! } : undefined;
+    return seccomp ? { seccomp: Number(seccomp[1]), init: runsInit } : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/** Whether `pid` runs `file`: its `/proc/<pid>/exe` is the same inode (the kernel's link names it
+ * by a path of the host's, which a pivoted mount namespace may show otherwise; a process cannot
+ * change it without CAP_SYS_RESOURCE in the initial user namespace). False when it is gone. */
+export function runsFile(pid: number, file: { dev: number; ino: number }): boolean {
+  try {
+    const exe = statSync(`/proc/${pid}/exe`);
+    return exe.ino === file.ino && exe.dev === file.dev;
+  } catch {
+    return false;
   }
 }
 
@@ -302,8 +317,7 @@ async function readChildPid(stream: NodeJS.ReadableStream): Promise<number> {
   throw new Error("bwrap closed its info fd without a child pid");
 }
 
-/** Until `pid` runs the init of `file` (the same inode: the kernel's link names it by a path of
- * the host's, which a pivoted mount namespace may show otherwise) and has set SIGCHLD to SIG_IGN
+/** Until `pid` runs the init of `file` (runsFile) and has set SIGCHLD to SIG_IGN
  * (`SigIgn` in its status): the exe alone is so from the end of execve, before its close_range and
  * rt_sigaction, whose failure (an exit) would then read as a pid 1 that ended after a good start,
  * a restart loop, instead of a start that failed. Bounded as waitChildExec. */
@@ -312,8 +326,7 @@ async function waitExecOf(pid: number, file: string, timeoutMs = 20_000): Promis
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
-      const exe = statSync(`/proc/${pid}/exe`);
-      if (exe.ino === want.ino && exe.dev === want.dev && ignoresSigchld(readFileSync(`/proc/${pid}/status`, "utf8"))) return;
+      if (runsFile(pid, want) && ignoresSigchld(readFileSync(`/proc/${pid}/status`, "utf8"))) return;
     } catch {
       // not yet readable, or gone (the start's exit watch says so)
     }

@@ -617,16 +617,16 @@ export class LocalDriver implements Driver {
    * driver start; a holder this driver started is not looked at. */
   #outdatedHolder(rec: SandboxRecord): HolderLack[] {
     if (rec.level === "process" || rec.phase === "Stopped" || !rec.nsInit || this.#holderChecked.has(rec.id)) return [];
-    const status = holderStatus(rec.nsInit);
+    const status = holderStatus(rec.nsInit, this.#init);
     // Gone: the pass starts a new one, as this driver starts them.
     if (status === undefined) return [];
     this.#holderChecked.add(rec.id);
     const lacks: HolderLack[] = [];
     if (this.#seccomp && status.seccomp === 0) lacks.push("seccomp");
     if (this.#uids && !rec.userns) lacks.push("userns");
-    // bwrap's own pid 1 (an older agent's holder, over `sleep`): the name the init gives itself is
-    // the kernel's word, and root inside cannot change the init's (it cannot ptrace it).
-    if (this.#init && status.name !== "init") lacks.push("init");
+    // bwrap's own pid 1 (an older agent's holder, over `sleep`): told by the file it runs, the
+    // kernel's link, never by its name (root inside can ptrace that bwrap and rename it `init`).
+    if (this.#init && !status.init) lacks.push("init");
     return lacks;
   }
 
@@ -1275,8 +1275,10 @@ export class LocalDriver implements Driver {
     return rec;
   }
 
-  /** Trash deletions under way (#emptyTrash). */
+  /** Trash deletions under way (#emptyTrash, #unlinkInTrash); `dispose` waits for them. */
   readonly #trashRemovals = new Set<Promise<void>>();
+  /** The tail of the images' unlinks (#unlinkInTrash), which run one after another. */
+  #unlinks: Promise<void> = Promise.resolve();
 
   /** Removing a sandbox's files took ~10 ms of the event loop per destroy (hundreds of unlinks);
    * one rename takes them out of sight at once, and the deletion runs in a process of its own
@@ -1294,23 +1296,31 @@ export class LocalDriver implements Driver {
     this.#emptyTrash([trash]);
   }
 
-  /** Deletes what is in the trash in the background; `dispose` waits for it (it runs through the
-   * spawner, which goes with the driver). */
+  /** Deletes what is in the trash in the background (it runs through the spawner, which goes with
+   * the driver). */
   #emptyTrash(paths: string[]): void {
-    const removal = removeTree(paths, this.#spawner)
-      .catch((err: Error) => console.warn(`trash ${paths.map((p) => basename(p)).join(" ")}: ${err.message}`))
-      .finally(() => this.#trashRemovals.delete(removal));
-    this.#trashRemovals.add(removal);
+    this.#inTrash(removeTree(paths, this.#spawner), paths.map((p) => basename(p)).join(" "));
   }
 
   /** A file in the trash (a destroyed sandbox's image): one unlink on the thread pool, in the
-   * background; `dispose` waits for it. Missing is fine (the helper's rename failed: rm took it). */
+   * background, one at a time (as the intent store's fsyncs): the last unlink of a fragmented image
+   * frees its extents inside the syscall and has held a pool thread for seconds (4-14 s for 1 GiB),
+   * and the pool (4 threads) is shared with every tenant's files API. Missing is fine (the helper's
+   * rename failed: rm took it). */
   #unlinkInTrash(file: string): void {
-    const removal = unlink(file)
-      .catch((err: NodeJS.ErrnoException) => {
-        if (err.code !== "ENOENT") console.warn(`trash ${basename(file)}: ${err.message}`);
-      })
-      .finally(() => this.#trashRemovals.delete(removal));
+    const done = this.#unlinks.then(() =>
+      unlink(file).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== "ENOENT") throw err;
+      }),
+    );
+    this.#unlinks = done.catch(() => {});
+    this.#inTrash(done, basename(file));
+  }
+
+  /** One trash deletion under way until it settles; a failure is a warning (what stays is
+   * emptied at the next start). */
+  #inTrash(work: Promise<void>, what: string): void {
+    const removal = work.catch((err: Error) => console.warn(`trash ${what}: ${err.message}`)).finally(() => this.#trashRemovals.delete(removal));
     this.#trashRemovals.add(removal);
   }
 

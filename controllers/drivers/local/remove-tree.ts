@@ -56,14 +56,16 @@ exec "${RM[0]}", ${RM.slice(1).map((a) => `"${a}"`).join(", ")}, $dir; print STD
  * - "removed": all unmounted and `dir` gone;
  * - "not-unmounted": a target would not unmount (busy); nothing was removed, and the targets before
  *   it are unmounted: the caller unmounts what is left its own way (it must not remove `dir` before);
- * - "not-removed": all unmounted, but `dir` could not go whole (the caller removes what is left).
+ * - "not-removed": all unmounted (and `aside` moved), but `dir` could not go whole, by rm or
+ *   because rm did not start (the caller removes what is left).
  */
 export async function unmountThenRemove(spawner: Spawner, dir: string, targets: string[], umount2: number, aside?: { from: string; to: string }): Promise<{ done: "removed" | "not-unmounted" | "not-removed"; why: string }> {
   for (const p of [dir, ...targets, ...(aside ? [aside.from, aside.to] : [])]) if (!p.startsWith("/")) throw new Error(`unmountThenRemove: ${JSON.stringify(p)} is not an absolute path`);
   const { exit, stderr } = await helperExit(spawner, [PERL, "-e", UNMOUNT_THEN_RM, "--", String(umount2), dir, aside?.from ?? "", aside?.to ?? "", ...targets]);
   const why = exit.error ?? (stderr.trim() || `exit ${exit.code ?? exit.signal}`);
   if (!exit.error && exit.code === 0) return { done: "removed", why: "" };
-  // Anything but rm's own failure (perl that did not start, a signal) may have stopped before an
-  // unmount: the caller's way, which checks each mount, decides.
-  return { done: exit.code === 1 ? "not-removed" : "not-unmounted", why };
+  // rm's own failure (1) and an exec of rm that failed (65) come after every unmount and the
+  // rename: the image is in the trash. Anything else (perl that did not start, a signal) may have
+  // stopped before an unmount: the caller's way, which checks each mount, decides.
+  return { done: exit.code === 1 || exit.code === 65 ? "not-removed" : "not-unmounted", why };
 }

@@ -3,7 +3,7 @@
 // directory; the disk follows the sandbox through an agent restart and a Stop pause; destroy, and
 // the trash a killed agent left, leave no mount, loop device or image behind.
 import { execFileSync } from "node:child_process";
-import { rmSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, statSync, statfsSync, existsSync } from "node:fs";
+import { rmSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, statSync, statfsSync, existsSync, watch } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -143,6 +143,13 @@ describe("a disk of its own per sandbox", () => {
     driver = new LocalDriver({ dataDir, cgroupName });
     expect((await driver.ensure({ ...d, generation: 3, state: "Running" })).phase).toBe("Running");
     expect((await sh(d.id, "cat /home/user/kept")).stdout).toBe("kept\n");
+    // What enters and leaves the trash during the destroy (inotify names both the rename in and
+    // the unlink): the image must pass through it, not be deleted in place with the directory.
+    const seen = new Set<string>();
+    const watcher = watch(join(dataDir, "trash"), (_event, name) => {
+      if (name) seen.add(name);
+    });
+    onTestFinished(() => watcher.close());
     await driver.destroy(d.id);
     expect(mountsUnder(layout.dir)).toEqual([]);
     expect(loopsUnder(layout.dir)).toEqual([]);
@@ -152,6 +159,7 @@ describe("a disk of its own per sandbox", () => {
     const images = () => readdirSync(join(dataDir, "trash")).filter((n) => n.startsWith(`${d.id}.`) && n.endsWith(".img"));
     for (let i = 0; i < 100 && images().length > 0; i++) await sleep(20);
     expect(images()).toEqual([]);
+    expect([...seen].filter((n) => n.endsWith(".img"))).toEqual([expect.stringMatching(new RegExp(`^${d.id}\\.[0-9a-f]{8}\\.img$`))]);
   });
 
   it("with spare disks, a create takes one made ahead (the same image, mounted) and the next is made; dispose releases them all", async () => {
