@@ -17,13 +17,14 @@ import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
+import { helperEnv } from "./host-helpers.ts";
 import type { Spawner } from "./spawner.ts";
 
 /** What the host allows: `quota` (a disk per sandbox) or `none` (sandboxes write into the data
  * directory without a limit). */
 export type DiskLevel = "quota" | "none";
 
-const ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
+const ENV = helperEnv();
 /** No root reservation (root inside gets no more room than `user`); inode tables and the journal
  * are initialised lazily by the kernel, so formatting writes ~1 MB whatever the size. */
 const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];

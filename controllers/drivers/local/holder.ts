@@ -323,16 +323,13 @@ async function readChildPid(stream: NodeJS.ReadableStream): Promise<number> {
  * a restart loop, instead of a start that failed. Bounded as waitChildExec. */
 async function waitExecOf(pid: number, file: string, timeoutMs = 20_000): Promise<void> {
   const want = statSync(file);
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  await pollFor(() => {
     try {
-      if (runsFile(pid, want) && ignoresSigchld(readFileSync(`/proc/${pid}/status`, "utf8"))) return;
+      return runsFile(pid, want) && ignoresSigchld(readFileSync(`/proc/${pid}/status`, "utf8"));
     } catch {
-      // not yet readable, or gone (the start's exit watch says so)
+      return false; // not yet readable, or gone (the start's exit watch says so)
     }
-    if (Date.now() > deadline) throw new Error(`sandbox init ${pid} did not start ${file}`);
-    await sleep(1);
-  }
+  }, timeoutMs, `sandbox init ${pid} did not start ${file}`);
 }
 
 /** Whether a `/proc/<pid>/status` text has SIGCHLD (17, bit 16) among the ignored signals. */
@@ -342,19 +339,20 @@ export function ignoresSigchld(status: string): boolean {
 }
 
 async function waitExec(pid: number, exe: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (exeOf(pid) !== exe) {
-    if (Date.now() > deadline) throw new Error(`process ${pid} did not exec ${exe}`);
-    await sleep(1);
-  }
+  await pollFor(() => exeOf(pid) === exe, timeoutMs, `process ${pid} did not exec ${exe}`);
 }
 
 /** Mounting a root under a loaded host's I/O (hundreds of starts at once) can take seconds. */
 async function waitChildExec(pid: number, exe: string, timeoutMs = 20_000): Promise<void> {
+  await pollFor(() => childrenOf(pid).some((c) => exeOf(c) === exe), timeoutMs, `sandbox init ${pid} did not start ${exe}`);
+}
+
+/** Looks every millisecond until `check` holds (an exec or a child's start has no event to wait
+ * on), failing with `message` past `timeoutMs`. */
+async function pollFor(check: () => boolean, timeoutMs: number, message: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    for (const c of childrenOf(pid)) if (exeOf(c) === exe) return;
-    if (Date.now() > deadline) throw new Error(`sandbox init ${pid} did not start ${exe}`);
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(message);
     await sleep(1);
   }
 }
