@@ -43,14 +43,22 @@ export async function removeTree(paths: string[], spawner?: Spawner): Promise<vo
  * aside is a disk image to recycle: it is emptied (truncated to 0, which frees every block the
  * tenant wrote, then to `$bytes`: all holes, reading as zeros, as a new sparse file does), formatted
  * anew and mounted at `$at`, as disk.ts CREATE makes a new one; a step that fails says why and the
- * rest is skipped (the caller finds no mount there and discards the file). An image holding more
+ * rest is skipped (the caller finds no mount there and discards the file). Only once the loop
+ * device the disk was mounted from (the last target's, read before the unmounts) is released: the
+ * host's mount may go while the sandbox's mount namespace, torn down a moment after its last
+ * process (the kernel's delayed mntput), or a descriptor held open elsewhere still keeps its file
+ * system alive, and that file system's last writes go through the loop device into this file; the
+ * device is released (autoclear) only when the file system is gone. An image holding more
  * than `$most` bytes is left as it is: freeing a large image's extents takes seconds (4–14 s for a
  * fragmented GiB), which the caller's background unlink keeps out of destroy's wait. Paths and numbers, all
  * the driver's, as arguments (perl runs with the helpers' fixed environment). */
 const UNMOUNT_THEN_RM = `my ($nr, $dir, $from, $to, $bytes, $most, $at, @at) = @ARGV;
+my $dev = length $bytes ? (stat $at[-1])[0] : 0;
+my ($major, $minor) = ((($dev >> 8) & 0xfff) | (($dev >> 32) & ~0xfff), ($dev & 0xff) | (($dev >> 12) & ~0xff));
 for (@at) { next if syscall($nr, $_, 0) == 0; print STDERR "umount $_: $!\\n"; exit 64 }
 if (length $from and rename $from, $to and length $bytes) {
-  if ((stat $to)[12] * 512 > $most) { print STDERR "recycle: more than $most bytes to free\\n" }
+  if ($major != 7 or -e "/sys/dev/block/$major:$minor/loop") { print STDERR "recycle: loop $major:$minor still bound\\n" }
+  elsif ((stat $to)[12] * 512 > $most) { print STDERR "recycle: more than $most bytes to free\\n" }
   elsif (!truncate($to, 0) or !truncate($to, $bytes)) { print STDERR "recycle: truncate: $!\\n" }
   elsif (system(${MKFS.map((a) => `"${a}"`).join(", ")}, $to) != 0) { print STDERR "recycle: mkfs: $?\\n" }
   elsif (system("mount", ${MOUNT_ARGS.map((a) => `"${a}"`).join(", ")}, $to, $at) != 0) { print STDERR "recycle: mount: $?\\n" }

@@ -104,6 +104,27 @@ describe("a destroyed sandbox's disk recycled as a spare", () => {
     for (const d of [b, c]) await driver.destroy(d.id);
   });
 
+  it("an image whose file system lives on after the unmount (another mount of it, as a namespace being torn down holds one) is not reset under it", async () => {
+    const a = desired();
+    await driver.ensure(a);
+    await shIn(driver, a.id, `echo ${MARK} > /home/user/still; sync`);
+    const layout = layoutFor(dataDir, a.id, true);
+    const ino = statSync(layout.image).ino;
+    const elsewhere = mkdtempSync(join(tmpdir(), "local-recycle-bind-"));
+    execFileSync("mount", ["--bind", layout.disk, elsewhere]);
+    try {
+      await driver.destroy(a.id);
+      expect(ready().map((n) => statSync(join(spares, n, "disk.img")).ino)).not.toContain(ino);
+      // The file system still reads what its tenant wrote: nothing was truncated or formatted under it.
+      expect(execFileSync("find", [elsewhere, "-name", "still"], { encoding: "utf8" })).toContain("still");
+      expect(execFileSync("cat", [execFileSync("find", [elsewhere, "-name", "still"], { encoding: "utf8" }).trim()], { encoding: "utf8" })).toBe(`${MARK}\n`);
+    } finally {
+      execFileSync("umount", [elsewhere]);
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+    expect(await pollUntil(() => loopsUnder(dataDir).filter((f) => !f.startsWith(spares)), (l) => l.length === 0)).toEqual([]);
+  });
+
   it("an image its tenant filled past the reset's bound is not reset on destroy's path: it is unlinked in the background, and no spare is made of it", async () => {
     const big = desiredSandbox("rc", { resources: { cpuCount: 1, memoryMB: 256, diskSizeMB: 160 } });
     await driver.ensure(big);
