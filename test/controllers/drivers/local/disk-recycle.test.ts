@@ -115,9 +115,11 @@ describe("a destroyed sandbox's disk recycled as a spare", () => {
     try {
       await driver.destroy(a.id);
       expect(ready().map((n) => statSync(join(spares, n, "disk.img")).ino)).not.toContain(ino);
-      // The file system still reads what its tenant wrote: nothing was truncated or formatted under it.
-      expect(execFileSync("find", [elsewhere, "-name", "still"], { encoding: "utf8" })).toContain("still");
-      expect(execFileSync("cat", [execFileSync("find", [elsewhere, "-name", "still"], { encoding: "utf8" }).trim()], { encoding: "utf8" })).toBe(`${MARK}\n`);
+      // The file system still reads what its tenant wrote from its image (O_DIRECT: through the
+      // loop device to the file, not the page cache): nothing was truncated or formatted under it.
+      const still = execFileSync("find", [elsewhere, "-name", "still"], { encoding: "utf8" }).trim();
+      expect(still).toMatch(/still$/);
+      expect(execFileSync("dd", [`if=${still}`, "iflag=direct", "bs=4096", "count=1", "status=none"], { encoding: "utf8" })).toBe(`${MARK}\n`);
     } finally {
       execFileSync("umount", [elsewhere]);
       rmSync(elsewhere, { recursive: true, force: true });
