@@ -27,9 +27,6 @@ export interface DiskStockOptions<K> {
   /** At start: the key of an entry left by an earlier driver to take over (it is still mounted),
    * or undefined to discard it. Without: every earlier entry is discarded. */
   adopt?(name: string): K | undefined;
-  /** Entries per key that recycled disks (offer/accept) may bring the stock up to; without, none
-   * are taken. */
-  recycleMax?: number;
 }
 
 export class DiskStock<K> {
@@ -40,8 +37,6 @@ export class DiskStock<K> {
   #keys: K[] = [];
   /** The entry being made, if one is. */
   #filling: Promise<void> | undefined;
-  /** Offers not yet accepted (a destroy's helper is resetting their disks). */
-  #offered = 0;
   #disposed = false;
 
   constructor(opts: DiskStockOptions<K>) {
@@ -78,29 +73,6 @@ export class DiskStock<K> {
     }
     this.#fill();
     return took;
-  }
-
-  /** A place for a destroyed sandbox's disk, reset by its destroy's helper, to join the stock of
-   * `key`: `<dir>/<name>-<random>.new/` with its `disk/` mount point made, or undefined when `key`
-   * is not wanted or its stock is full. Named `.new` until accept() checks it, so an agent that
-   * stops midway discards it at its next start (a half-reset disk is never an entry). */
-  offer(key: K): string | undefined {
-    const max = this.#o.recycleMax ?? 0;
-    if (this.#disposed || !this.#keys.includes(key) || this.#list(key).length + this.#offered >= max) return undefined;
-    const tmp = join(this.#o.dir, `${this.#o.name(key)}-${randomBytes(6).toString("hex")}.new`);
-    mkdirSync(join(tmp, "disk"), { recursive: true });
-    this.#offered++;
-    return tmp;
-  }
-
-  /** Ends an offer: an entry when its disk is mounted (the helper's last step), else discarded. */
-  accept(key: K, tmp: string): void {
-    this.#offered--;
-    if (!this.#disposed && this.#keys.includes(key) && isMounted(join(tmp, "disk"))) {
-      const entry = tmp.slice(0, -".new".length);
-      renameSync(tmp, entry);
-      this.#list(key).push(entry);
-    } else void this.#discard(tmp);
   }
 
   /** Forgets `key` (its snapshot was deleted): its entries are unmounted and removed. */

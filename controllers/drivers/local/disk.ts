@@ -27,7 +27,7 @@ export type DiskLevel = "quota" | "none";
 const ENV = helperEnv();
 /** No root reservation (root inside gets no more room than `user`); inode tables and the journal
  * are initialised lazily by the kernel, so formatting writes ~1 MB whatever the size. */
-export const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];
+const MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"];
 /** Nothing on a sandbox's disk is a device or set-uid for the host; its inode tables are not
  * zeroed in the background (checksummed group descriptors say which are unused). */
 export const MOUNT_OPTIONS = "loop,nosuid,nodev,noinit_itable";
@@ -157,18 +157,13 @@ function head(file: string, max: number): string {
   }
 }
 
-/** The size in MB of the image a disk of `sizeMB` gets. */
-export function imageMB(sizeMB: number): number {
-  return Math.max(MIN_DISK_MB, Math.ceil(sizeMB));
-}
-
 /** Mounts the sandbox's image at `at`, formatting a new one of `sizeMB` first when there is none.
  * Idempotent: a mounted disk is left as it is (an agent restart finds it mounted). */
 export async function mountDisk(spawner: Spawner, image: string, at: string, sizeMB: number): Promise<void> {
   if (isMounted(at)) return;
   mkdirSync(at, { recursive: true });
   if (existsSync(image)) return runHelper(spawner, ["mount", ...MOUNT_ARGS, image, at]);
-  const mb = imageMB(sizeMB);
+  const mb = Math.max(MIN_DISK_MB, Math.ceil(sizeMB));
   // Disks are sparse, so together they may promise more than the host has; one that could fill
   // the host on its own is refused.
   const st = statfsSync(dirname(image));

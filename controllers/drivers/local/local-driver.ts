@@ -27,7 +27,7 @@ import { parseIp, privateRange } from "../../../schema/egress/address.ts";
 import type { TrafficPolicyEntry } from "../../../schema/api/traffic-policy.ts";
 import type { SecurityProfileEntry } from "../../../schema/api/security-profile.ts";
 import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
-import { isMounted, mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
+import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
 import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
@@ -1346,18 +1346,10 @@ export class LocalDriver implements Driver {
       this.#egress.forget(id);
       // Before the directory moves: the trash is deleted file by file, never through a mount. With
       // a disk, the unmount and the deletion are one helper process (root-overlay.ts), and the
-      // image (tenant-sized) goes to the trash for a background unlink, or becomes a spare when
-      // the stock of its size has room: emptied (every block the tenant wrote freed), formatted
-      // and mounted anew by that helper, where another image was made and formatted by a helper
-      // of its own (spare-disks.ts): a spawner fork, an image's inode and its unlink fewer a cycle.
-      const spare = rec?.disk ? this.#spares?.recycle(rec.disk.sizeMB) : undefined;
-      const trash = join(this.#dataDir, "trash", `${id}.${randomBytes(4).toString("hex")}.img`);
-      const { removed, moved } = await unmountAndRemoveSandbox(this.#spawner, layout.merged, layout.disk, layout.dir, { from: layout.image, to: spare?.image ?? trash, recycle: spare?.recycle }).finally(() => {
-        // Not reset (a large image, a failed step): unlinked in the background as any other.
-        if (spare && !isMounted(spare.recycle.at) && existsSync(spare.image)) renameSync(spare.image, trash);
-        if (spare) this.#spares!.accept(rec!.disk!.sizeMB, spare.dir);
-      });
-      if (moved && (!spare || existsSync(trash))) this.#unlinkInTrash(trash);
+      // image (tenant-sized) goes to the trash for a background unlink.
+      const aside = join(this.#dataDir, "trash", `${id}.${randomBytes(4).toString("hex")}.img`);
+      const { removed, moved } = await unmountAndRemoveSandbox(this.#spawner, layout.merged, layout.disk, layout.dir, { from: layout.image, to: aside });
+      if (moved) this.#unlinkInTrash(aside);
       // After the unmount (a range's uids must not reach the last sandbox's mounts); a lease whose
       // record went with `removed` is still released (leases compare the record's path).
       this.#net?.release(rec?.net?.address, layout.record);

@@ -12,7 +12,7 @@
 // loop only waits for its exit.
 import { execFile } from "node:child_process";
 import { lstatSync } from "node:fs";
-import { helperExit, MKFS, MOUNT_ARGS, runHelper } from "./disk.ts";
+import { helperExit, runHelper } from "./disk.ts";
 import { PERL, helperEnv } from "./host-helpers.ts";
 import type { Spawner } from "./spawner.ts";
 
@@ -39,40 +39,12 @@ export async function removeTree(paths: string[], spawner?: Spawner): Promise<vo
 
 /** Unmounts each target (umount2, in the order given), moves one file aside (a rename: when it
  * fails, the rm takes the file), then becomes `rm` on the directory: at the first target that will
- * not unmount it says why and exits 64 with nothing removed or moved. With `$bytes`, the file moved
- * aside is a disk image to recycle: it is emptied (truncated to 0, which frees every block the
- * tenant wrote, then to `$bytes`: all holes, reading as zeros, as a new sparse file does), formatted
- * anew and mounted at `$at`, as disk.ts CREATE makes a new one; a step that fails says why and the
- * rest is skipped (the caller finds no mount there and discards the file). Only once the loop
- * device the disk was mounted from (the last target's, read before the unmounts) is released: the
- * host's mount may go while the sandbox's mount namespace, torn down a moment after its last
- * process (the kernel's delayed mntput), or a descriptor held open elsewhere still keeps its file
- * system alive, and that file system's last writes go through the loop device into this file; the
- * device is released (autoclear) only when the file system is gone. An image holding more
- * than `$most` bytes is left as it is: freeing a large image's extents takes seconds (4–14 s for a
- * fragmented GiB), which the caller's background unlink keeps out of destroy's wait. Paths and numbers, all
- * the driver's, as arguments (perl runs with the helpers' fixed environment). */
-const UNMOUNT_THEN_RM = `my ($nr, $dir, $from, $to, $bytes, $most, $at, @at) = @ARGV;
-my $dev = length $bytes ? (stat $at[-1])[0] : 0;
-my ($major, $minor) = ((($dev >> 8) & 0xfff) | (($dev >> 32) & ~0xfff), ($dev & 0xff) | (($dev >> 12) & ~0xff));
+ * not unmount it says why and exits 64 with nothing removed or moved. Paths and a number, all the
+ * driver's, as arguments (perl runs with the helpers' fixed environment). */
+const UNMOUNT_THEN_RM = `my ($nr, $dir, $from, $to, @at) = @ARGV;
 for (@at) { next if syscall($nr, $_, 0) == 0; print STDERR "umount $_: $!\\n"; exit 64 }
-if (length $from and rename $from, $to and length $bytes) {
-  if ($major != 7 or -e "/sys/dev/block/$major:$minor/loop") { print STDERR "recycle: loop $major:$minor still bound\\n" }
-  elsif ((stat $to)[12] * 512 > $most) { print STDERR "recycle: more than $most bytes to free\\n" }
-  elsif (!truncate($to, 0) or !truncate($to, $bytes)) { print STDERR "recycle: truncate: $!\\n" }
-  elsif (system(${MKFS.map((a) => `"${a}"`).join(", ")}, $to) != 0) { print STDERR "recycle: mkfs: $?\\n" }
-  elsif (system("mount", ${MOUNT_ARGS.map((a) => `"${a}"`).join(", ")}, $to, $at) != 0) { print STDERR "recycle: mount: $?\\n" }
-}
+rename $from, $to if length $from;
 exec "${RM[0]}", ${RM.slice(1).map((a) => `"${a}"`).join(", ")}, $dir; print STDERR "rm: $!\\n"; exit 65`;
-
-/** A file below the directory to move out of it before its deletion; with `recycle`, a disk image
- * to reset into a new, empty, mounted one (`bytes` long, mounted at `at`). */
-export interface Aside {
-  from: string;
-  to: string;
-  /** `most`: the allocated bytes above which the image is not reset (left at `to`). */
-  recycle?: { bytes: number; most: number; at: string };
-}
 
 /**
  * A sandbox's destroy as one process where it was two (a `umount`, then an `rm` of its directory):
@@ -80,19 +52,16 @@ export interface Aside {
  * either (perl's umount2, then an exec of rm). `targets`: every mount under `dir`, in the order
  * they unmount (each is in use by the one before); `umount2`: the syscall's number on this CPU
  * (host-helpers.ts); `aside`: a file below `dir` and where it goes instead of being deleted (the same
- * file system: a rename), after the unmounts, and reset there into a new mounted disk with
- * `aside.recycle` (whether that worked is whether `recycle.at` is mounted after). Answers:
+ * file system: a rename), after the unmounts. Answers:
  * - "removed": all unmounted and `dir` gone;
  * - "not-unmounted": a target would not unmount (busy); nothing was removed, and the targets before
  *   it are unmounted: the caller unmounts what is left its own way (it must not remove `dir` before);
  * - "not-removed": all unmounted (and `aside` moved), but `dir` could not go whole, by rm or
  *   because rm did not start (the caller removes what is left).
  */
-export async function unmountThenRemove(spawner: Spawner, dir: string, targets: string[], umount2: number, aside?: Aside): Promise<{ done: "removed" | "not-unmounted" | "not-removed"; why: string }> {
-  const recycle = aside?.recycle;
-  for (const p of [dir, ...targets, ...(aside ? [aside.from, aside.to] : []), ...(recycle ? [recycle.at] : [])]) if (!p.startsWith("/")) throw new Error(`unmountThenRemove: ${JSON.stringify(p)} is not an absolute path`);
-  if (recycle && ![recycle.bytes, recycle.most].every((n) => Number.isSafeInteger(n) && n > 0)) throw new Error(`unmountThenRemove: ${recycle.bytes}, ${recycle.most}: no image sizes`);
-  const { exit, stderr } = await helperExit(spawner, [PERL, "-e", UNMOUNT_THEN_RM, "--", String(umount2), dir, aside?.from ?? "", aside?.to ?? "", recycle ? String(recycle.bytes) : "", String(recycle?.most ?? 0), recycle?.at ?? "", ...targets]);
+export async function unmountThenRemove(spawner: Spawner, dir: string, targets: string[], umount2: number, aside?: { from: string; to: string }): Promise<{ done: "removed" | "not-unmounted" | "not-removed"; why: string }> {
+  for (const p of [dir, ...targets, ...(aside ? [aside.from, aside.to] : [])]) if (!p.startsWith("/")) throw new Error(`unmountThenRemove: ${JSON.stringify(p)} is not an absolute path`);
+  const { exit, stderr } = await helperExit(spawner, [PERL, "-e", UNMOUNT_THEN_RM, "--", String(umount2), dir, aside?.from ?? "", aside?.to ?? "", ...targets]);
   const why = exit.error ?? (stderr.trim() || `exit ${exit.code ?? exit.signal}`);
   if (!exit.error && exit.code === 0) return { done: "removed", why: "" };
   // rm's own failure (1) and an exec of rm that failed (65) come after every unmount and the

@@ -16,7 +16,7 @@ import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
 import { knownSyscallNumbers } from "./host-helpers.ts";
 import { resolvConf } from "./layout.ts";
-import { type Aside, unmountThenRemove } from "./remove-tree.ts";
+import { unmountThenRemove } from "./remove-tree.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
 import type { Spawner } from "./spawner.ts";
 import { IDENTITY, idToHost, type IdMapping } from "./id-map.ts";
@@ -153,14 +153,13 @@ async function unmountOneByOne(spawner: Spawner, merged: string, disk: string): 
  * `unmountThenRemove`; a process and a fork of the spawner fewer per destroy). The image itself
  * holds what the tenant wrote (up to the disk's size): with `image`, the helper renames it to
  * `image.to` (the caller's trash) after the unmounts and the caller unlinks it in the background,
- * so destroy does not wait for that (or, with `image.recycle`, resets it there into a new mounted
- * disk: remove-tree.ts). Nothing is deleted before every mount is gone: a mount that
+ * so destroy does not wait for that. Nothing is deleted before every mount is gone: a mount that
  * will not go leaves the directory whole, and what is left unmounts as unmountSandbox's fallback
  * does (lazily where busy; rejecting as it does). Answers whether `dir` is gone and whether the
  * image may be at `image.to`; when `dir` is not gone, the caller deletes it (its trash), as after
  * unmountSandbox. `cpu`: the host's (a CPU without the helper's syscall number takes
  * unmountSandbox's way). */
-export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, disk: string, dir: string, image?: Aside, cpu: string = arch()): Promise<{ removed: boolean; moved: boolean }> {
+export async function unmountAndRemoveSandbox(spawner: Spawner, merged: string, disk: string, dir: string, image?: { from: string; to: string }, cpu: string = arch()): Promise<{ removed: boolean; moved: boolean }> {
   const targets = sandboxMounts(merged, disk);
   const umount2 = knownSyscallNumbers(cpu)?.umount2;
   // Without a disk the writable layer is a tree the tenant shaped, in `dir`: its deletion is not
