@@ -25,6 +25,7 @@ import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
 import { SandboxLogs } from "./sandbox-logs.ts";
 import { StartCommands } from "./start-commands.ts";
 import { stopSandboxes } from "./stop-sandboxes.ts";
+import { lockDataDir, type DataDirLock } from "./data-dir-lock.ts";
 
 export interface AgentOptions {
   edgeUrl: string;
@@ -50,6 +51,10 @@ export interface AgentOptions {
    * to the agent's collector (pod-spans.ts). Only while the agent traces. */
   podRuntimeSpans?: boolean;
   log?: (msg: string) => void;
+  /** The data dir's lock (data-dir-lock.ts), when the caller took it already: main.ts takes it
+   * before its Kubernetes driver starts watching. Otherwise startAgent takes it. Either way the
+   * agent's stop releases it. */
+  dataDirLock?: DataDirLock;
 }
 
 /**
@@ -90,7 +95,24 @@ function agentId(dataDir: string): string {
   return id;
 }
 
+/** Starts the agent, holding its data dir's lock for its life: a second agent on the same data
+ * dir throws DataDirInUseError before it has touched anything there. */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
+  const lock = opts.dataDirLock ?? lockDataDir(opts.dataDir);
+  let agent: Agent;
+  try {
+    agent = await startLocked(opts);
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+  const stop = agent.stop;
+  return Object.assign(agent, {
+    stop: (onExit?: OnExit) => stop(onExit).finally(() => lock.release()),
+  });
+}
+
+async function startLocked(opts: AgentOptions): Promise<Agent> {
   // Search only for other users: sandboxes' holders start as unprivileged host uids and must pass
   // through to the driver's directory (`local/`, letOwnersPass); nothing here is listed to them.
   mkdirSync(opts.dataDir, { recursive: true });
