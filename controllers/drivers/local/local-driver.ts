@@ -42,6 +42,7 @@ import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
 import { SANDBOX_INIT_MODE, sandboxInitImage } from "./sandbox-init.ts";
+import { sandboxInitUnusable } from "./sandbox-init-check.ts";
 import { adoptionWarning, holderConditions, type HolderLack } from "./adopted-holders.ts";
 import { forgetRecord, readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
@@ -283,22 +284,33 @@ export class LocalDriver implements Driver {
     }
     // Written as root, beside the records; the spawner opens it for bwrap.
     const image = probe.capabilities.level === "process" || opts.init === false ? undefined : sandboxInitImage(arch());
+    let initNote: string[] = [];
     if (image) {
-      this.#init = join(this.#dataDir, "sandbox-init");
+      const init = join(this.#dataDir, "sandbox-init");
       mkdirSync(this.#dataDir, { recursive: true });
       // Left as it is when it already is this image: replaced, every running sandbox's pid 1 would
       // show as a "(deleted)" executable, which host scanners flag.
-      if (!sameInit(this.#init, image)) {
+      if (!sameInit(init, image)) {
         // Its mode set apart from the write: the umask, or a leftover .tmp, would keep another.
-        writeFileSync(`${this.#init}.tmp`, image, { mode: 0o600 });
-        chmodSync(`${this.#init}.tmp`, SANDBOX_INIT_MODE);
-        renameSync(`${this.#init}.tmp`, this.#init);
+        writeFileSync(`${init}.tmp`, image, { mode: 0o600 });
+        chmodSync(`${init}.tmp`, SANDBOX_INIT_MODE);
+        renameSync(`${init}.tmp`, init);
+      }
+      // An old kernel or a noexec data dir: the shape before the init, said once here, rather than
+      // every sandbox's start failing (sandbox-init-check.ts). Not a refusal: that shape is what
+      // every CPU without an image runs, and refusing would stop an agent that ran before the init.
+      const unusable = sandboxInitUnusable(init);
+      if (unusable) {
+        initNote = [`no sandbox init: ${unusable}; each sandbox's pid 1 is bwrap's own over \`sleep infinity\`, which its tenant can end (README.md "The sandbox's pid 1")`];
+        console.warn(`local driver: ${initNote[0]}`);
+      } else {
+        this.#init = init;
       }
     }
     const seccompNote = program
       ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged and reported as SeccompFiltered False until they restart)"
       : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
-    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote] };
+    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote, ...initNote] };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
     this.#rootfs = rootsOff ? undefined : opts.rootfs || new RootfsStore();
     // It makes every sandbox's veth: the first create should not wait for perl to start.
