@@ -42,7 +42,7 @@ import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
 import { SANDBOX_INIT_MODE, sandboxInitImage } from "./sandbox-init.ts";
-import { sandboxInitUnusable } from "./sandbox-init-check.ts";
+import { checkSandboxInit } from "./sandbox-init-check.ts";
 import { adoptionWarning, holderConditions, type HolderLack } from "./adopted-holders.ts";
 import { forgetRecord, readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
@@ -299,11 +299,14 @@ export class LocalDriver implements Driver {
       // An old kernel or a noexec data dir: the shape before the init, said once here, rather than
       // every sandbox's start failing (sandbox-init-check.ts). Not a refusal: that shape is what
       // every CPU without an image runs, and refusing would stop an agent that ran before the init.
-      const unusable = sandboxInitUnusable(init);
-      if (unusable) {
-        initNote = [`no sandbox init: ${unusable}; each sandbox's pid 1 is bwrap's own over \`sleep infinity\`, which its tenant can end (README.md "The sandbox's pid 1")`];
+      // A check that could not tell (twice) keeps the init: a passing failure at start must not
+      // downgrade every sandbox for the agent's life.
+      const check = checkSandboxInit(init);
+      if (check.unusable) {
+        initNote = [`no sandbox init: ${check.unusable}; each sandbox's pid 1 is bwrap's own over \`sleep infinity\`, which its tenant can end (README.md "The sandbox's pid 1")`];
         console.warn(`local driver: ${initNote[0]}`);
       } else {
+        if (check.unsure) console.warn(`local driver: the sandbox init was kept though its check could not tell, twice: ${check.unsure}; a sandbox whose start it fails says why`);
         this.#init = init;
       }
     }

@@ -18,15 +18,21 @@ import { helperEnv, PERL } from "./host-helpers.ts";
  * machine so loaded that an exec takes seconds (the driver waits, synchronously, that long). */
 const PROBE_MS = 10_000;
 
-// Exit codes: 0 the init ran its steps; 126 the exec failed (its error on stderr); 3 the init
-// exited by itself (a step failed: its exit(1)); 4 it did neither within the bound.
+// Exit codes: 0 the init ran its steps; 126 the exec was refused with EACCES (a noexec mount, or
+// no execute bit); 3 the init exited by itself with status 1 (its exit(1): a step failed, as
+// close_range on a kernel before 5.9); 4 it did neither within the bound; 5 the exec failed
+// otherwise (ETXTBSY, ENOMEM, ..., its error on stderr); 6 the init ended otherwise (a signal);
+// 2 the fork failed.
 const PROBE = `
 my ($file, $ms) = @ARGV;
 my $pid = fork;
 defined $pid or do { print STDERR "fork: $!\\n"; exit 2 };
-if ($pid == 0) { exec { $file } 'init'; print STDERR "$!\\n"; exit 126 }
+if ($pid == 0) { exec { $file } 'init'; my $denied = $!{EACCES}; print STDERR "$!\\n"; exit($denied ? 126 : 5) }
 for (my $i = 0; $i < $ms; $i++) {
-  if (waitpid($pid, 1) == $pid) { exit(($? >> 8) == 126 ? 126 : 3) }
+  if (waitpid($pid, 1) == $pid) {
+    my $code = $? >> 8;
+    exit(($? & 127) ? 6 : $code == 126 || $code == 5 ? $code : $code == 1 ? 3 : 6);
+  }
   if (open(my $s, '<', "/proc/$pid/status")) {
     local $/;
     my $t = <$s> // '';
@@ -37,20 +43,41 @@ for (my $i = 0; $i < $ms; $i++) {
 kill 9, $pid; waitpid($pid, 0); exit 4;
 `;
 
-/** Why the init at `file` cannot be a sandbox's pid 1 here, or undefined when it can. */
-export function sandboxInitUnusable(file: string): string | undefined {
-  const r = spawnSync(PERL, ["-e", PROBE, "--", file, String(PROBE_MS)], { env: helperEnv(), encoding: "utf8", stdio: ["ignore", "ignore", "pipe"], timeout: PROBE_MS + 5000 });
+/** One run of the check: `unusable` says a cause that stays (a noexec data dir, an old kernel),
+ * `unsure` a failure that says nothing about the host (a fork or exec that failed for a passing
+ * reason, an init killed, no answer in time on a loaded machine). */
+type Probe = { usable: true } | { unusable: string } | { unsure: string };
+
+function probeOnce(file: string, ms: number): Probe {
+  const r = spawnSync(PERL, ["-e", PROBE, "--", file, String(ms)], { env: helperEnv(), encoding: "utf8", stdio: ["ignore", "ignore", "pipe"], timeout: ms + 5000 });
   const said = (r.stderr ?? "").trim().split("\n").at(-1)?.slice(0, 200) || "no message";
   switch (r.status) {
     case 0:
-      return undefined;
+      return { usable: true };
     case 126:
-      return `${file} cannot be executed (${said}): is the data dir on a file system mounted noexec?`;
+      return { unusable: `${file} cannot be executed (${said}): is the data dir on a file system mounted noexec?` };
     case 3:
-      return `${file} failed its first steps: it needs Linux 5.9 or later (close_range), this is ${release()}`;
+      return { unusable: `${file} failed its first steps: it needs Linux 5.9 or later (close_range), this is ${release()}` };
     case 4:
-      return `${file} did not start within ${PROBE_MS / 1000} s`;
+      return { unsure: `${file} did not start within ${ms / 1000} s` };
+    case 5:
+      return { unsure: `${file} could not be executed (${said})` };
+    case 6:
+      return { unsure: `${file} ended before its first steps were seen, not by its own exit(1)` };
     default:
-      return `the check of ${file} failed (${r.error?.message ?? `exit ${r.status ?? r.signal}`}: ${said})`;
+      return { unsure: `the check of ${file} failed (${r.error?.message ?? `exit ${r.status ?? r.signal}`}: ${said})` };
   }
+}
+
+/** What the driver does with the init at `file`: `unusable`, why it cannot be a sandbox's pid 1
+ * here (the driver falls back to bwrap's own); `unsure`, why the check could not tell, twice (the
+ * driver keeps the init: a passing failure must not downgrade every sandbox for the agent's life;
+ * if the init truly cannot run, each sandbox's start fails saying why, as before the check);
+ * neither, it can. Only the two causes the check is for fall back: an exec refused with EACCES and
+ * the init's own exit(1). Anything else is looked at once more. */
+export function checkSandboxInit(file: string, opts: { ms?: number } = {}): { unusable?: string; unsure?: string } {
+  const ms = opts.ms ?? PROBE_MS;
+  let r = probeOnce(file, ms);
+  if ("unsure" in r) r = probeOnce(file, ms);
+  return "usable" in r ? {} : r;
 }
