@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import type { Driver } from "../drivers/driver.ts";
+import type { Driver, DriverCapabilities } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
 import { logger, tapLogs, traceLogsBy } from "../lib/log.ts";
@@ -85,6 +85,11 @@ async function fetchEdgeFile(edgeUrl: string, token: string, path: string): Prom
   const data = new Uint8Array(await res.arrayBuffer());
   if (data.byteLength > MAX_TEMPLATE_FILE_BYTES) throw new Error("a copy step's files are larger than the edge allows");
   return data;
+}
+
+/** The isolation the agent reports to the edge (its hello; `npm start` and /admin/clusters show it). */
+export function isolationOf(caps: DriverCapabilities): string {
+  return [caps.level, ...(caps.disk ? [`disk ${caps.disk}`] : []), ...(caps.sandboxInit === false ? ["no sandbox init (pid 1 killable)"] : [])].join(", ");
 }
 
 function agentId(dataDir: string): string {
@@ -263,8 +268,9 @@ async function startLocked(opts: AgentOptions): Promise<Agent> {
     hello: async () => ({
       agentId: id,
       driver: driver.name,
-      // What `npm start` prints: the level, and how a sandbox's disk is bounded where the driver says.
-      isolation: driver.capabilities.disk ? `${driver.capabilities.level}, disk ${driver.capabilities.disk}` : driver.capabilities.level,
+      // What `npm start` prints: the level, how a sandbox's disk is bounded where the driver says,
+      // and a pid 1 its tenant can end where the driver fell back to it.
+      isolation: isolationOf(driver.capabilities),
       ingress: { url: ingressUrl },
       capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"], builder: builder !== undefined, networkRules: driver.setSandboxSecrets !== undefined },
       inventory: await reconciler.inventory(),

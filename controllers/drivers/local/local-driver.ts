@@ -49,8 +49,12 @@ import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
+import { logger } from "../../lib/log.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
 import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
+
+// The agent's structured logs (JSON in JSON mode): what an operator must see of the driver's start.
+const log = logger("local");
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -303,17 +307,19 @@ export class LocalDriver implements Driver {
       // downgrade every sandbox for the agent's life.
       const check = checkSandboxInit(init);
       if (check.unusable) {
-        initNote = [`no sandbox init: ${check.unusable}; each sandbox's pid 1 is bwrap's own over \`sleep infinity\`, which its tenant can end (README.md "The sandbox's pid 1")`];
-        console.warn(`local driver: ${initNote[0]}`);
+        const note = `no sandbox init: ${check.unusable}; each sandbox's pid 1 is bwrap's own over \`sleep infinity\`, which its tenant can end (README.md "The sandbox's pid 1")`;
+        initNote = [note];
+        // At warn, and in the isolation the agent reports to the edge (capabilities.sandboxInit).
+        log.warn(note);
       } else {
-        if (check.unsure) console.warn(`local driver: the sandbox init was kept though its check could not tell, twice: ${check.unsure}; a sandbox whose start it fails says why`);
+        if (check.unsure) log.warn(`the sandbox init was kept though its check could not tell, twice: ${check.unsure}; a sandbox whose start it fails says why`);
         this.#init = init;
       }
     }
     const seccompNote = program
       ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged and reported as SeccompFiltered False until they restart)"
       : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
-    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote, ...initNote] };
+    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote, ...initNote], ...(initNote.length ? { sandboxInit: false as const } : {}) };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
     this.#rootfs = rootsOff ? undefined : opts.rootfs || new RootfsStore();
     // It makes every sandbox's veth: the first create should not wait for perl to start.
