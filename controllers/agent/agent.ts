@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import type { Driver } from "../drivers/driver.ts";
+import type { Driver, DriverCapabilities } from "../drivers/driver.ts";
 import { LocalDriver } from "../drivers/local/local-driver.ts";
 import { createRuntime } from "../runtime/runtime.ts";
 import { logger, tapLogs, traceLogsBy } from "../lib/log.ts";
@@ -25,6 +25,7 @@ import { MAX_TEMPLATE_FILE_BYTES } from "../../schema/api/template-build.ts";
 import { SandboxLogs } from "./sandbox-logs.ts";
 import { StartCommands } from "./start-commands.ts";
 import { stopSandboxes } from "./stop-sandboxes.ts";
+import { lockDataDir, type DataDirLock } from "./data-dir-lock.ts";
 
 export interface AgentOptions {
   edgeUrl: string;
@@ -50,6 +51,10 @@ export interface AgentOptions {
    * to the agent's collector (pod-spans.ts). Only while the agent traces. */
   podRuntimeSpans?: boolean;
   log?: (msg: string) => void;
+  /** The data dir's lock (data-dir-lock.ts), when the caller took it already: main.ts takes it
+   * before its Kubernetes driver starts watching. Otherwise startAgent takes it. Either way the
+   * agent's stop releases it. */
+  dataDirLock?: DataDirLock;
 }
 
 /**
@@ -82,6 +87,11 @@ async function fetchEdgeFile(edgeUrl: string, token: string, path: string): Prom
   return data;
 }
 
+/** The isolation the agent reports to the edge (its hello; `npm start` and /admin/clusters show it). */
+export function isolationOf(caps: DriverCapabilities): string {
+  return [caps.level, ...(caps.disk ? [`disk ${caps.disk}`] : []), ...(caps.sandboxInit === false ? ["no sandbox init (pid 1 killable)"] : [])].join(", ");
+}
+
 function agentId(dataDir: string): string {
   const file = join(dataDir, "agent-id");
   if (existsSync(file)) return readFileSync(file, "utf8").trim();
@@ -90,7 +100,24 @@ function agentId(dataDir: string): string {
   return id;
 }
 
+/** Starts the agent, holding its data dir's lock for its life: a second agent on the same data
+ * dir throws DataDirInUseError before it has touched anything there. */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
+  const lock = opts.dataDirLock ?? lockDataDir(opts.dataDir);
+  let agent: Agent;
+  try {
+    agent = await startLocked(opts);
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+  const stop = agent.stop;
+  return Object.assign(agent, {
+    stop: (onExit?: OnExit) => stop(onExit).finally(() => lock.release()),
+  });
+}
+
+async function startLocked(opts: AgentOptions): Promise<Agent> {
   // Search only for other users: sandboxes' holders start as unprivileged host uids and must pass
   // through to the driver's directory (`local/`, letOwnersPass); nothing here is listed to them.
   mkdirSync(opts.dataDir, { recursive: true });
@@ -241,8 +268,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     hello: async () => ({
       agentId: id,
       driver: driver.name,
-      // What `npm start` prints: the level, and how a sandbox's disk is bounded where the driver says.
-      isolation: driver.capabilities.disk ? `${driver.capabilities.level}, disk ${driver.capabilities.disk}` : driver.capabilities.level,
+      // What `npm start` prints: the level, how a sandbox's disk is bounded where the driver says,
+      // and a pid 1 its tenant can end where the driver fell back to it.
+      isolation: isolationOf(driver.capabilities),
       ingress: { url: ingressUrl },
       capabilities: { pauseStrategies: driver.capabilities.snapshotFs ? ["Freeze", "Stop"] : ["Freeze"], builder: builder !== undefined, networkRules: driver.setSandboxSecrets !== undefined },
       inventory: await reconciler.inventory(),

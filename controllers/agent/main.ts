@@ -13,6 +13,7 @@
 // session (crd-link.ts).
 import { parseArgs } from "node:util";
 import { startAgent, type OnExit } from "./agent.ts";
+import { DataDirInUseError, lockDataDir } from "./data-dir-lock.ts";
 import type { CrdLink, KubectlRequests } from "./crd-link.ts";
 import { featureGatesFlag, KUBERNETES_FLAGS, watchNamespacesFlag } from "../drivers/kubernetes/flags.ts";
 import { closeInheritedFds } from "../lib/inherited-fds.ts";
@@ -76,6 +77,16 @@ try {
 }
 if (values["otlp-endpoint"] && !/^https?:\/\/[^\s]+$/.test(values["otlp-endpoint"])) usage("--otlp-endpoint must be an http(s) URL");
 const stopTracing = values["otlp-endpoint"] ? startTracing({ endpoint: values["otlp-endpoint"], serviceName: "sandbox-agent" }) : async () => {};
+// One agent per data dir, decided before anything of it is touched (the Kubernetes driver below
+// starts watching as it is made): a second one exits here, naming the first.
+let dataDirLock;
+try {
+  dataDirLock = lockDataDir(values["data-dir"]!);
+} catch (err) {
+  if (!(err instanceof DataDirInUseError)) throw err;
+  log.error(err.message);
+  process.exit(1);
+}
 // The kubernetes driver tells the reconciler when a pod changes (ready, IP, lost) instead of polling.
 let requeue: (id: string) => void = () => {};
 // kubectl edits reach the edge once the link exists; the driver reports each edit once, some of
@@ -90,6 +101,7 @@ const agent = await startAgent({
   clusterToken: token,
   clusterId: values.cluster,
   dataDir: values["data-dir"]!,
+  dataDirLock,
   ingressHost: values["ingress-host"],
   ingressPort: Number(values["ingress-port"]),
   level,

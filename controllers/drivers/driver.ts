@@ -163,6 +163,10 @@ export interface DriverCapabilities {
   survivesAgentRestart: boolean;
   /** `view()` gives a SandboxView for a runtime on this host (a shared agent-runtime). */
   hostView: boolean;
+  /** false: each sandbox's pid 1 is the isolation's own, which its tenant can end, because the
+   * host cannot run the driver's init (the notes say why; the agent names it in the isolation it
+   * reports to the edge). Absent: the driver does not say (the init runs, or the level has none). */
+  sandboxInit?: false;
   /** One line per missing capability, saying why. */
   notes: string[];
 }

@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startAgent, type Agent } from "../../controllers/agent/agent.ts";
+import { lockDataDir } from "../../controllers/agent/data-dir-lock.ts";
 import { LocalDriver } from "../../controllers/drivers/local/local-driver.ts";
 import { startSystem, type System } from "../../scripts/lib/system.ts";
 import { faultyDriver, type FaultyDriver } from "../support/faulty-driver.ts";
@@ -30,8 +31,10 @@ beforeAll(async () => {
   await sys.stopAgent();
   const agentDir = join(dataDir, "agent");
   const id = readFileSync(join(agentDir, "agent-id"), "utf8").trim();
+  // As main.ts: the data dir's lock before the driver touches it (writes its init, sweeps trash).
+  const dataDirLock = lockDataDir(agentDir);
   faulty = faultyDriver(new LocalDriver({ dataDir: join(agentDir, "local"), cgroupName: `kruise-${id.slice(-12)}` }));
-  agent = await startAgent({ edgeUrl: sys.apiUrl, clusterToken: await clusterTokenFor(sys.secrets.clusterToken, "local"), dataDir: agentDir, ingressPort: sys.secrets.ingressPort, driver: faulty.driver, log: () => {} });
+  agent = await startAgent({ edgeUrl: sys.apiUrl, clusterToken: await clusterTokenFor(sys.secrets.clusterToken, "local"), dataDir: agentDir, dataDirLock, ingressPort: sys.secrets.ingressPort, driver: faulty.driver, log: () => {} });
   await agent.link.whenConnected();
 });
 

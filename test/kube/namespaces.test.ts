@@ -3,7 +3,7 @@
 // with `--all-namespaces` a namespace whose first SandboxSet is applied while the agent runs is
 // found, and one of a team not bound to the agent's cluster changes nothing of the team; and a restarted driver watches the namespaces holding its Sandboxes from start() on, so a
 // Sandbox whose intent the agent lost is still seen (and can be cleaned up) in a team namespace.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { KubernetesDriver, type KubeDesiredSandbox } from "../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { startTestEdge, type TestEdge } from "./support/edge.ts";
 import { startKubeAgent, type KubeAgent } from "./support/kube-agent.ts";
@@ -29,6 +29,13 @@ beforeAll(async () => {
   edge = await startTestEdge("namespaces");
   [home, teamA, teamB] = [await freshNamespace("home"), await freshNamespace("team-a"), await freshNamespace("team-b")];
 }, 120_000);
+
+// A case that fails before its own stop leaves no agent running (nor its data dir locked) for the
+// next, which starts one on the same data dir.
+afterEach(async () => {
+  await k?.stop().catch(() => {});
+  k = undefined;
+});
 
 afterAll(async () => {
   await k?.stop().catch(() => {});

@@ -42,14 +42,19 @@ import { PortRelay } from "./port-relay.ts";
 import { probeHost } from "./probe.ts";
 import { seccompProgram } from "./seccomp.ts";
 import { SANDBOX_INIT_MODE, sandboxInitImage } from "./sandbox-init.ts";
+import { checkSandboxInit } from "./sandbox-init-check.ts";
 import { adoptionWarning, holderConditions, type HolderLack } from "./adopted-holders.ts";
 import { forgetRecord, readRecord, recordedIds, writeRecord, type FilterKind, type ProcRef, type SandboxRecord } from "./records.ts";
 import { SandboxNet, type SandboxNetOptions } from "./sandbox-net.ts";
 import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
+import { logger } from "../../lib/log.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
 import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
+
+// The agent's structured logs (JSON in JSON mode): what an operator must see of the driver's start.
+const log = logger("local");
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -283,22 +288,38 @@ export class LocalDriver implements Driver {
     }
     // Written as root, beside the records; the spawner opens it for bwrap.
     const image = probe.capabilities.level === "process" || opts.init === false ? undefined : sandboxInitImage(arch());
+    let initNote: string[] = [];
     if (image) {
-      this.#init = join(this.#dataDir, "sandbox-init");
+      const init = join(this.#dataDir, "sandbox-init");
       mkdirSync(this.#dataDir, { recursive: true });
       // Left as it is when it already is this image: replaced, every running sandbox's pid 1 would
       // show as a "(deleted)" executable, which host scanners flag.
-      if (!sameInit(this.#init, image)) {
+      if (!sameInit(init, image)) {
         // Its mode set apart from the write: the umask, or a leftover .tmp, would keep another.
-        writeFileSync(`${this.#init}.tmp`, image, { mode: 0o600 });
-        chmodSync(`${this.#init}.tmp`, SANDBOX_INIT_MODE);
-        renameSync(`${this.#init}.tmp`, this.#init);
+        writeFileSync(`${init}.tmp`, image, { mode: 0o600 });
+        chmodSync(`${init}.tmp`, SANDBOX_INIT_MODE);
+        renameSync(`${init}.tmp`, init);
+      }
+      // An old kernel or a noexec data dir: the shape before the init, said once here, rather than
+      // every sandbox's start failing (sandbox-init-check.ts). Not a refusal: that shape is what
+      // every CPU without an image runs, and refusing would stop an agent that ran before the init.
+      // A check that could not tell (twice) keeps the init: a passing failure at start must not
+      // downgrade every sandbox for the agent's life.
+      const check = checkSandboxInit(init);
+      if (check.unusable) {
+        const note = `no sandbox init: ${check.unusable}; each sandbox's pid 1 is bwrap's own over \`sleep infinity\`, which its tenant can end (README.md "The sandbox's pid 1")`;
+        initNote = [note];
+        // At warn, and in the isolation the agent reports to the edge (capabilities.sandboxInit).
+        log.warn(note);
+      } else {
+        if (check.unsure) log.warn(`the sandbox init was kept though its check could not tell, twice: ${check.unsure}; a sandbox whose start it fails says why`);
+        this.#init = init;
       }
     }
     const seccompNote = program
       ? "seccomp: every sandbox process runs under the driver's filter, which refuses new user namespaces unless the template has nestedUserNamespaces (README.md \"Seccomp\"; an older agent's unfiltered holders: warm ones restarted, claimed ones logged and reported as SeccompFiltered False until they restart)"
       : `no seccomp filter: ${probe.capabilities.level === "process" ? "process level" : "turned off (KRUISE_LOCAL_SECCOMP=off)"}`;
-    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote] };
+    this.capabilities = { ...probe.capabilities, notes: [...probe.capabilities.notes, ...netNote, usernsNote, seccompNote, ...initNote], ...(initNote.length ? { sandboxInit: false as const } : {}) };
     const rootsOff = opts.rootfs === false || process.env.KRUISE_LOCAL_ROOTFS === "off" || this.capabilities.level === "process";
     this.#rootfs = rootsOff ? undefined : opts.rootfs || new RootfsStore();
     // It makes every sandbox's veth: the first create should not wait for perl to start.

@@ -10,6 +10,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { dirname, join, resolve } from "node:path";
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1Pod } from "@kubernetes/client-node";
 import { startAgent, type Agent } from "../../../controllers/agent/agent.ts";
+import { lockDataDir } from "../../../controllers/agent/data-dir-lock.ts";
 import { KubectlRequests, startCrdLink, type CrdLink } from "../../../controllers/agent/crd-link.ts";
 import type { KubernetesDriver } from "../../../controllers/drivers/kubernetes/kubernetes-driver.ts";
 import { kubernetesDriverFromFlags } from "../../../controllers/drivers/kubernetes/from-flags.ts";
@@ -49,22 +50,37 @@ export async function startKubeAgent(
   let agent: Agent | undefined;
   const requests = new KubectlRequests();
   const logs: string[] = [];
-  const driver = await kubernetesDriverFromFlags(
-    { kubeconfig: inject("kube").agentKubeconfig, namespace, "runtime-image": "ghcr.io/kruise-edge/sandbox-agent:test", ...flags },
-    (id) => agent?.reconciler.queue.add(id),
-    requests.onRequest,
-    edge.clusterToken,
-  );
-  agent = await startAgent({ edgeUrl: edge.url, clusterToken: await edge.tokenOf(cluster), clusterId: cluster, dataDir, driver, log: (m) => {
-    note("agent", m);
-    if (process.env.KUBE_LOG) console.log(`[agent] ${m}`);
-  } });
-  await agent.link.whenConnected();
-  const crd: CrdLink = await startCrdLink({ link: agent.link, driver, kubeConfig: driver.kubeConfig, namespace, watchNamespaces: watchNamespacesFlag(flags), cluster, requests, retryMs: 200, quotaPollMs: 200, autoscalerStatusMs: 300, log: (m) => {
-    logs.push(m);
-    note("crd", m);
-    if (process.env.KUBE_LOG) console.log(`[crd] ${m}`);
-  } });
+  // As main.ts: the data dir's lock first, before the driver (which starts watching) is built.
+  const lock = lockDataDir(dataDir);
+  let driver: KubernetesDriver | undefined;
+  let crd: CrdLink | undefined;
+  try {
+    driver = await kubernetesDriverFromFlags(
+      { kubeconfig: inject("kube").agentKubeconfig, namespace, "runtime-image": "ghcr.io/kruise-edge/sandbox-agent:test", ...flags },
+      (id) => agent?.reconciler.queue.add(id),
+      requests.onRequest,
+      edge.clusterToken,
+    );
+    agent = await startAgent({ edgeUrl: edge.url, clusterToken: await edge.tokenOf(cluster), clusterId: cluster, dataDir, dataDirLock: lock, driver, log: (m) => {
+      note("agent", m);
+      if (process.env.KUBE_LOG) console.log(`[agent] ${m}`);
+    } });
+    await agent.link.whenConnected();
+    crd = await startCrdLink({ link: agent.link, driver, kubeConfig: driver.kubeConfig, namespace, watchNamespaces: watchNamespacesFlag(flags), cluster, requests, retryMs: 200, quotaPollMs: 200, autoscalerStatusMs: 300, log: (m) => {
+      logs.push(m);
+      note("crd", m);
+      if (process.env.KUBE_LOG) console.log(`[crd] ${m}`);
+    } });
+  } catch (err) {
+    // A start that failed half-way leaves nothing running, and the data dir's lock free: the next
+    // startKubeAgent on this dir then fails for its own reason, not DataDirInUseError (a cascade
+    // that hid the first failure).
+    await crd?.stop().catch(() => {});
+    await agent?.stop("keep").catch(() => {});
+    await driver?.stop().catch(() => {});
+    lock.release();
+    throw err;
+  }
   const started = { driver, agent, crd, logs };
   return {
     ...started,

@@ -12,7 +12,8 @@
 // with the sandbox container's env and its mounts mapped, as its processes would see them.
 // Needs root: run under the shared lock (test/README.md).
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { removeCgroups } from "../../support/cgroups.ts";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
@@ -228,16 +229,8 @@ export class PodNetns {
     for (const ns of [this.podNs, this.outNs]) spawnSync("ip", ["netns", "del", ns]);
     spawnSync("ip", ["link", "del", this.#hostLink]);
     rmSync(`/etc/netns/${this.podNs}`, { recursive: true, force: true });
-    for (const cg of [this.#proxyCg, this.#podCg]) {
-      await waitFor(() => {
-        try {
-          rmdirSync(cg);
-          return true;
-        } catch (err) {
-          return (err as NodeJS.ErrnoException).code === "ENOENT";
-        }
-      }, { timeoutMs: 5_000, what: `${cg} removed` }).catch(() => {});
-    }
+    // Every process of the pod's cgroups (the sidecar's children too), then the cgroups.
+    await removeCgroups([this.#proxyCg, this.#podCg]).catch(() => {});
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -8,7 +8,7 @@
 // container would: in a cgroup of its own, in its own cgroup namespace with cgroup2 mounted at
 // /sys/fs/cgroup. Needs root: run under the shared lock (test/README.md).
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync, chmodSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -20,6 +20,7 @@ import type { TrafficPolicyEntry } from "../../../../schema/api/traffic-policy.t
 import { TrafficPolicySpec } from "../../../../schema/api/traffic-policy.ts";
 import { dnsStandIn } from "../../../support/dns-standin.ts";
 import { waitFor } from "../../../support/wait-for.ts";
+import { removeCgroups } from "../../../support/cgroups.ts";
 
 const REPO = resolve(import.meta.dirname, "../../../..");
 const k = 1 + (process.pid % 60);
@@ -145,20 +146,20 @@ beforeAll(async () => {
   await waitFor(() => sidecarOut.includes("health on"), { timeoutMs: 20_000, what: "the sidecar to listen" });
 }, 60_000);
 
-afterAll(() => {
+/** The pod's end, as the kubelet's: every process of its cgroups (the sidecar's children too),
+ * then the cgroups, the namespaces and the files. Run by the last case, and again (a no-op) after
+ * a failed one. */
+async function stopPod(): Promise<void> {
+  const exited = sidecar && sidecar.exitCode === null && sidecar.signalCode === null ? new Promise((r) => sidecar!.once("exit", r)) : undefined;
   sidecar?.kill("SIGKILL");
   servers?.kill("SIGKILL");
+  await removeCgroups([PROXY_CG, POD_CG]);
+  await exited;
   for (const ns of [POD_NS, OUT_NS]) spawnSync("ip", ["netns", "del", ns]);
   rmSync(`/etc/netns/${POD_NS}`, { recursive: true, force: true });
-  for (const cg of [PROXY_CG, POD_CG]) {
-    try {
-      rmdirSync(cg);
-    } catch {
-      // not made, or a process is still leaving it
-    }
-  }
   if (dir) rmSync(dir, { recursive: true, force: true });
-});
+}
+afterAll(stopPod, 30_000);
 
 describe("a governed pod's redirect and sidecar (in a network namespace)", () => {
   it("the proxy runs as uid 1337 with no capabilities once its listener is open", () => {
@@ -221,5 +222,24 @@ describe("a governed pod's redirect and sidecar (in a network namespace)", () =>
     await waitFor(() => sidecarOut.includes("policy reloaded"), { timeoutMs: 15_000, what: "a reload" });
     expect(curl(`http://${OUT_IP}:8080/`)).toEqual({ code: 0, out: `outside saw ${POD_IP}` });
     expect(curl("http://other.test/")).toEqual({ code: 0, out: `outside saw ${POD_IP}` });
+  });
+
+  // Every run used to leave kruise-pod-<k> (and its traffic-proxy child) in the host's cgroup tree:
+  // the sidecar's SIGKILL reached its first process only, and the cgroup was removed at once.
+  it("stopped, it leaves no cgroup of the pod's and no process of the sidecar's", async () => {
+    const procs = readFileSync(join(PROXY_CG, "cgroup.procs"), "utf8").trim().split("\n").filter(Boolean).map(Number);
+    expect(procs.length).toBeGreaterThan(0);
+    await stopPod();
+    expect([existsSync(PROXY_CG), existsSync(POD_CG)]).toEqual([false, false]);
+    // Ended: gone, or a zombie its parent (the machine's init, for the sidecar's orphans) has yet
+    // to reap.
+    const running = (pid: number) => {
+      try {
+        return !/^\d+ \(.*\) Z /s.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+      } catch {
+        return false;
+      }
+    };
+    expect(procs.filter(running)).toEqual([]);
   });
 });
