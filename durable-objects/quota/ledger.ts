@@ -195,10 +195,11 @@ export function reheld(r: Reservation, held: Held, now: number): held is Extract
  * sandbox's disk on its host, so their number is bounded (`pausedSandboxes`).
  *
  * A Failed one holds all a running one does until it is killed: failing deletes nothing on its
- * host (a ready command that fails leaves its processes running; a failed resume or pause leaves
- * its disk, cgroup, uid range and address), and the tenant decides when its sandboxes fail, so a
- * quota that let go at Failed would bound nothing (quotas fail closed). Its kill is the machine's
- * (machine.ts `FAILED_RETAIN_MS`), as a kill frees any sandbox's slot.
+ * host (a ready command that fails leaves its processes running; a failed pause leaves its disk,
+ * cgroup, uid range and address), and the tenant decides when its sandboxes fail, so a quota that
+ * let go at Failed would bound nothing (quotas fail closed). Its kill is the machine's (machine.ts
+ * `FAILED_RETAIN_MS`), as a kill frees any sandbox's slot. A failed resume is not Failed: it goes
+ * back to Pausing (machine.ts `resumeFailed`), a paused slot again.
  */
 export function holds(phase: string | null | undefined, pauseStrategy?: string): Hold {
   if (phase === "Pending" || phase === "Running" || phase === "Resuming" || phase === "Failed") return "running";

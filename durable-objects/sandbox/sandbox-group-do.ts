@@ -375,10 +375,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
       if (!reserved.ok) return reserved;
     }
     const waitMs = opts.waitMs ?? DEFAULT_WAIT_MS;
+    const from = s.generation;
     const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs, access.traceparent);
     if (!t.ok) return t;
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "connect" });
-    const ready = await this.waitRunning(id, waitMs);
+    const ready = await this.waitRunning(id, waitMs, waitMs, undefined, from);
     if (!ready.ok) return ready;
     return { ok: true, sandbox: sandboxInfo(ready.state), resumed: t.resumed === true };
   }
@@ -403,10 +404,11 @@ export class SandboxGroupDO extends DurableObject<Env> {
       const reserved = await this.quota.beforeResume(s);
       if (!reserved.ok) return reserved;
     }
+    const from = s.generation;
     const t = await this.apply(id, { type: "wake" }, waitMs);
     if (!t.ok) return t;
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "traffic" });
-    const ready = await this.waitRunning(id, waitMs);
+    const ready = await this.waitRunning(id, waitMs, waitMs, undefined, from);
     if (!ready.ok) return ready;
     return { ok: true, route: routeInfo(ready.state), resumed: t.resumed === true };
   }
@@ -804,12 +806,25 @@ export class SandboxGroupDO extends DurableObject<Env> {
     void this.ctx.storage.setAlarm(due);
   }
 
-  /** `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. */
-  private waitRunning(id: string, ms: number, boundMs = ms, also: (s: SandboxState) => boolean = () => true): Promise<Result<{ state: SandboxState }>> {
+  /**
+   * `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. `from`:
+   * the generation before the caller's resume (connect, wake), whose failure (the sandbox paused
+   * again, machine.ts `resumeFailed`) is answered as such; a resume already under way then is
+   * that generation itself, and an older failure is below it.
+   */
+  private waitRunning(id: string, ms: number, boundMs = ms, also: (s: SandboxState) => boolean = () => true, from?: number): Promise<Result<{ state: SandboxState }>> {
     return this.waitSettled(
       id,
       ms,
-      (s) => (s.phase === "Running" && also(s) ? { ok: true, state: s } : s.phase === "Failed" ? { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } } : null),
+      (s) => {
+        if (s.phase === "Running" && also(s)) return { ok: true, state: s };
+        if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } };
+        const failed = s.resumeFailure;
+        if (from !== undefined && failed && failed.generation >= from && (s.phase === "Pausing" || s.phase === "Paused")) {
+          return { ok: false, error: { code: ErrorCode.resumeFailed, message: resumeFailureMessage(id, failed) } };
+        }
+        return null;
+      },
       (s) => ({ code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms${retryDetail(s)}` }),
     );
   }
@@ -868,6 +883,11 @@ function bounded(p: Promise<EnqueueResult>, ms: number, timers: CoarseTimers): P
 function failureMessage(s: SandboxState): string {
   const ready = s.conditions.find((c) => c.type === "Ready");
   return `Sandbox failed: ${ready?.reason ?? "unknown"}${ready?.message ? ` (${ready.message})` : ""}`;
+}
+
+/** A resume the agent failed, the sandbox paused again (machine.ts `resumeFailed`). */
+function resumeFailureMessage(id: string, f: NonNullable<SandboxState["resumeFailure"]>): string {
+  return `Sandbox "${id}" failed to resume: ${f.reason}${f.message ? ` (${f.message})` : ""}; it is paused again with its files kept, and a connect resumes it again once the cause is fixed`;
 }
 
 /** Why a sandbox is not ready yet when the agent said (e.g. a failure it is retrying), for a timeout's message. */

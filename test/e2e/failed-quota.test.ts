@@ -1,15 +1,13 @@
-// A sandbox the edge marks Failed keeps its host side (its processes still run when only its ready
-// command failed), so it keeps counting against its team's quota until that is deleted: a tenant
-// whose sandboxes fail on purpose cannot hold host resources past the quota. Through the real e2b
-// SDK against a real agent: a template whose ready command the tenant can make fail, a Stop pause
-// and a resume that fails. A resume that fails keeps the paused disk to the sandbox's own timeout
-// (the failure may be the platform's), never the 10-min kill of other failures.
+// A resume that fails goes back to paused: nothing of the user's paused work is lost, the sandbox
+// holds a paused slot (not a running one) and a later connect resumes it. Through the real e2b SDK
+// against a real agent: a template whose ready command the tenant can make fail on its next start,
+// a Stop pause, and a resume whose ready command does not pass. What the failed start left on the
+// host (its pid 1, the processes of its cgroup, the disk's mount) is stopped, its disk image kept.
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { RateLimitError, Sandbox } from "e2b";
+import { Sandbox } from "e2b";
 import { afterAll, describe, expect, inject, it } from "vitest";
 import { layoutFor } from "../../controllers/drivers/local/layout.ts";
-import { FAILED_RETAIN_MS } from "../../durable-objects/sandbox/machine.ts";
 import { readRecord } from "../../controllers/drivers/local/records.ts";
 import { waitFor } from "../support/wait-for.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
@@ -31,70 +29,79 @@ async function api(path: string, init: { method?: string; body?: unknown; key?: 
 }
 
 /** What the local agent on this host holds of sandbox `id`: its record, its pid 1 (alive), the
- * processes of its cgroup, its disk image. */
-function hostSide(id: string): { record: boolean; pid1Alive: boolean; cgroupProcs: number; diskBytes: number } {
+ * processes of its cgroup, its disk image, and mounts under its directory. */
+function hostSide(id: string): { record: boolean; pid1Alive: boolean; cgroupProcs: number; diskBytes: number; mounts: number } {
   const layout = layoutFor(join(inject("e2b").dataDir, "agent/local"), id);
   const rec = existsSync(layout.dir) ? readRecord(layout.record) : null;
   const pid = rec?.nsInit?.pid;
   const procs = rec?.cgroups?.core && existsSync(join(rec.cgroups.core, "cgroup.procs")) ? readFileSync(join(rec.cgroups.core, "cgroup.procs"), "utf8").split("\n").filter(Boolean).length : 0;
+  const mounts = readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((l) => l.split(" ")[4]?.startsWith(`${layout.dir}/`)).length;
   return {
     record: rec !== null,
     pid1Alive: pid !== undefined && existsSync(`/proc/${pid}`),
     cgroupProcs: procs,
     diskBytes: existsSync(layout.image) ? statSync(layout.image).blocks * 512 : 0,
+    mounts,
   };
 }
-const holds = (h: ReturnType<typeof hostSide>) => h.record || h.pid1Alive || h.cgroupProcs > 0;
+const runs = (h: ReturnType<typeof hostSide>) => h.pid1Alive || h.cgroupProcs > 0 || h.mounts > 0;
 
-describe("a sandbox that fails", () => {
-  it("keeps counting against its team's running-sandboxes quota while its host side is held", async () => {
+describe("a resume that fails", () => {
+  it("goes back to paused with its files kept: the connect names the reason, it lists as paused, holds no running slot, and a second connect resumes it", async () => {
     const team = uniqueTag();
     const { key } = await api("/api-keys", { body: { name: "failing", teamName: team } }).then((r) => r.body);
     expect((await api(`/admin/teams/${team}/quota`, { method: "PUT", body: { runningSandboxes: 1 } })).status).toBe(200);
     const marker = `sleep 1000${Math.floor(Math.random() * 90 + 10)}7`;
     const template = `${team}-ready`;
-    // Ready while /home/user/fail is absent: the tenant decides when its ready command fails.
-    const put = await api(`/admin/teams/${team}/templates/${template}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256, startCmd: `exec ${marker}`, readyCmd: "test ! -e /home/user/fail" } } });
+    // Each start turns /home/user/fail-next into /home/user/fail (or clears a fail left by the
+    // start before), and the ready command passes once the start ran (its mark in the new /dev/shm)
+    // while no fail exists: the tenant makes the next start fail, and only that one.
+    const startCmd = `if [ -e /home/user/fail-next ]; then mv /home/user/fail-next /home/user/fail; else rm -f /home/user/fail; fi; touch /dev/shm/started; exec ${marker}`;
+    const put = await api(`/admin/teams/${team}/templates/${template}`, { method: "PUT", body: { spec: { replicas: 0, memoryMB: 256, startCmd, readyCmd: "test -e /dev/shm/started && test ! -e /home/user/fail" } } });
     expect(put.status, JSON.stringify(put.body)).toBeLessThan(300);
 
     const sbx = await Sandbox.create(template, { ...e2b(), apiKey: key, timeoutMs: 3_600_000 });
     created.push({ id: sbx.sandboxId, key });
-    await sbx.files.write("/home/user/fail", "x");
+    await sbx.files.write("/home/user/work.txt", "written before the pause");
+    await sbx.files.write("/home/user/fail-next", "x");
     expect(await sbx.pause({ keepMemory: false })).toBe(true);
+
     // The resume starts it again (its start command runs), and its ready command fails.
     const resumed = await Sandbox.connect(sbx.sandboxId, { ...e2b(), apiKey: key }).catch((err: unknown) => err);
     expect(resumed).toBeInstanceOf(Error);
-    expect(String((resumed as Error).message)).toMatch(/ReadyCommandFailed/);
-    const seen = await api(`/admin/sandboxes/${sbx.sandboxId}`);
-    expect(seen.body).toMatchObject({ phase: "Failed", conditions: expect.arrayContaining([expect.objectContaining({ type: "Ready", status: "False", reason: "ReadyCommandFailed" })]) });
-    // Its host side is held: the agent still runs it, its paused disk included.
+    console.log("failed resume answered:", String((resumed as Error).message));
+    expect(String((resumed as Error).message)).toMatch(/^409: Sandbox "\S+" failed to resume: ReadyCommandFailed \(the template's ready command did not pass within \d+ s.*\); it is paused again with its files kept/);
+
+    // Paused again, to E2B and to the team quota: listed as paused, no running slot held.
+    expect((await Sandbox.getInfo(sbx.sandboxId, { ...e2b(), apiKey: key })).state).toBe("paused");
+    const listed = await Sandbox.list({ ...e2b(), apiKey: key, query: { state: ["paused"] } }).nextItems();
+    expect(listed.map((s) => s.sandboxId)).toContain(sbx.sandboxId);
+    await waitFor(async () => (await api(`/admin/sandboxes/${sbx.sandboxId}`)).body.phase === "Paused", { what: "paused again", timeoutMs: 20_000 });
+    const seen = (await api(`/admin/sandboxes/${sbx.sandboxId}`)).body;
+    expect(seen.conditions).toContainEqual(expect.objectContaining({ type: "SandboxResumed", status: "False", reason: "ResumeFailed" }));
+    expect(seen.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "ReadyCommandFailed", message: expect.stringMatching(/^failed to resume: .*; paused again \(Stop\), its files kept/) }));
+    // Nothing of the failed start runs on the host any more (no pid 1, no process in its cgroup,
+    // nothing mounted); its disk image is kept.
+    await waitFor(() => !runs(hostSide(sbx.sandboxId)), { what: "the failed start stopped", timeoutMs: 20_000 });
     const held = hostSide(sbx.sandboxId);
-    console.log("failed sandbox", sbx.sandboxId, "host side", JSON.stringify(held));
-    expect(holds(held)).toBe(true);
+    console.log("paused again", sbx.sandboxId, "host side", JSON.stringify(held));
+    expect(held.record).toBe(true);
     expect(held.diskBytes).toBeGreaterThan(0);
-    // The paused data is kept to its own timeout (an hour here), not killed FAILED_RETAIN_MS after the failure.
-    const warning = (seen.body.events as { type: string; message: string }[]).find((e) => e.type === "Warning" && e.message.startsWith("failed to resume"));
-    expect(warning?.message).toMatch(/its paused disk is kept until \S+ \(its timeout\), counted against the team quota/);
-    const keptUntil = Date.parse(/kept until (\S+)/.exec(warning!.message)![1]!);
-    expect(keptUntil).toBeGreaterThan(Date.now() + FAILED_RETAIN_MS + 30 * 60_000);
-
-    // So it still counts: the team cannot create past its quota.
     const usage = (await api(`/admin/teams/${team}/quota`)).body.usage;
-    console.log("usage while failed", JSON.stringify(usage));
-    const refused = await Sandbox.create({ ...e2b(), apiKey: key }).then(
-      (s) => {
-        created.push({ id: s.sandboxId, key });
-        return s;
-      },
-      (err: unknown) => err,
-    );
-    expect(refused).toBeInstanceOf(RateLimitError);
-    expect(String((refused as Error).message)).toContain(`team "${team}" has 1 of 1 running sandboxes (quota runningSandboxes)`);
+    expect(usage).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
+    // So the team's one running slot is free.
+    const other = await Sandbox.create({ ...e2b(), apiKey: key });
+    created.push({ id: other.sandboxId, key });
+    expect(await other.kill()).toBe(true);
 
-    // Its kill (the team's key still reaches it) deletes its host side and frees the slot.
+    // A second resume (this start finds no fail-next) succeeds, with the files written before the pause.
+    const back = await Sandbox.connect(sbx.sandboxId, { ...e2b(), apiKey: key });
+    expect(await back.isRunning()).toBe(true);
+    expect(await back.files.read("/home/user/work.txt")).toBe("written before the pause");
+    expect((await back.commands.run("test ! -e /home/user/fail && echo clear")).stdout.trim()).toBe("clear");
+
+    // A kill by id deletes it, host side and all.
     expect(await Sandbox.kill(sbx.sandboxId, { ...e2b(), apiKey: key })).toBe(true);
-    await waitFor(() => !holds(hostSide(sbx.sandboxId)), { what: "its host side gone", timeoutMs: 20_000 });
-    const next = await Sandbox.create({ ...e2b(), apiKey: key });
-    created.push({ id: next.sandboxId, key });
+    await waitFor(() => !hostSide(sbx.sandboxId).record && !runs(hostSide(sbx.sandboxId)), { what: "its host side gone", timeoutMs: 20_000 });
   });
 });

@@ -262,6 +262,68 @@ describe("a sandbox that fails", () => {
   });
 });
 
+describe("a resume that fails", () => {
+  it("goes back to paused: the connect is a 409 naming the reason, the sandbox lists as paused and holds a paused slot, not a running one; a second connect resumes it and a kill deletes it", async () => {
+    const failing = new Set<string>();
+    const team = await quotaTeam({ runningSandboxes: 1 }, {}, { hold: (i) => i.desired.state === "running" && failing.has(i.sandboxId) });
+    const agent = agents.at(-1)!;
+    const a = (await expectStatus(create(team), 201)).sandboxID as string;
+    await expectStatus(call(`/sandboxes/${a}/pause`, { key: team.key, body: { memory: false } }), 204);
+    const pausedAt = agent.sandboxes.get(a)!.generation;
+    // The agent takes the resume and fails it, as the real one does when the template's ready
+    // command does not pass: Failed, with its reason, at the resume's generation.
+    failing.add(a);
+    const connecting = call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } });
+    await agent.waitUntil(() => agent.sandboxes.get(a)!.generation > pausedAt);
+    const resumedAt = agent.sandboxes.get(a)!.generation;
+    agent.report({ sandboxId: a, generation: resumedAt, phase: "Failed", ready: false, reason: "ReadyCommandFailed", message: "the template's ready command did not pass within 8 s", observedAt: Date.now() });
+    const refused = await connecting;
+    expect(refused.status).toBe(409);
+    expect(await refused.json()).toEqual({
+      code: 409,
+      error_code: "sandbox_resume_failed",
+      message: `Sandbox "${a}" failed to resume: ReadyCommandFailed (the template's ready command did not pass within 8 s); it is paused again with its files kept, and a connect resumes it again once the cause is fixed`,
+    });
+    // The edge paused it again, as it was paused (Stop: the agent ends what the failed start left).
+    await agent.waitUntil(() => agent.sandboxes.get(a)?.phase === "Paused" && agent.sandboxes.get(a)!.generation === resumedAt + 1);
+    expect(agent.sandboxes.get(a)!.intent.desired).toEqual({ state: "paused", pauseStrategy: "Stop" });
+    expect((await expectStatus(call(`/sandboxes/${a}`, { key: team.key }), 200)).state).toBe("paused");
+    await waitFor(async () => (await expectStatus(call("/v2/sandboxes?state=paused", { key: team.key }), 200)).some((x: { sandboxID: string }) => x.sandboxID === a));
+    const admin = await expectStatus(call(`/admin/sandboxes/${a}`), 200);
+    expect(admin.phase).toBe("Paused");
+    expect(admin.conditions).toContainEqual(expect.objectContaining({ type: "SandboxResumed", status: "False", reason: "ResumeFailed" }));
+    expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "ReadyCommandFailed", message: expect.stringMatching(/^failed to resume: .*; paused again \(Stop\), its files kept/) }));
+    // It holds a paused slot, not the team's one running slot: another sandbox can be created.
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
+    expect(await quotaOf(team.teamId).reconcile()).toEqual({ ok: true, released: [] });
+    const b = (await expectStatus(create(team), 201)).sandboxID as string;
+    await expectStatus(call(`/sandboxes/${b}`, { key: team.key, method: "DELETE" }), 204);
+    // Once the cause is gone, a second connect resumes it.
+    failing.delete(a);
+    await expectStatus(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    expect((await expectStatus(call(`/sandboxes/${a}`, { key: team.key }), 200)).state).toBe("running");
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
+    // A kill by id deletes it.
+    await expectStatus(call(`/sandboxes/${a}`, { key: team.key, method: "DELETE" }), 204);
+    await agent.waitUntil(() => !agent.sandboxes.has(a));
+  });
+
+  it("rejected by the agent: the same 409, paused again as it was", async () => {
+    const rejecting = new Set<string>();
+    const team = await quotaTeam({}, {}, { reject: (i) => (i.desired.state === "running" && rejecting.has(i.sandboxId) ? "the image is gone" : undefined) });
+    const agent = agents.at(-1)!;
+    const a = (await expectStatus(create(team), 201)).sandboxID as string;
+    await expectStatus(call(`/sandboxes/${a}/pause`, { key: team.key, body: {} }), 204);
+    const paused = agent.sandboxes.get(a)!;
+    rejecting.add(a);
+    await expectError(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 409, /failed to resume: IntentRejected \(the image is gone\); it is paused again/);
+    // The rejected resume (paused + 1) changed nothing there; the pause back is the next one.
+    await agent.waitUntil(() => agent.sandboxes.get(a)!.generation === paused.generation + 2);
+    expect(agent.sandboxes.get(a)).toMatchObject({ phase: "Paused", intent: { desired: paused.intent.desired } });
+    expect((await expectStatus(call(`/sandboxes/${a}`, { key: team.key }), 200)).state).toBe("paused");
+  });
+});
+
 describe("paused sandboxes quota", () => {
   const pause = (team: TestTeam, id: string, body: Record<string, unknown> = {}) => call(`/sandboxes/${id}/pause`, { key: team.key, body });
   const stateOf = async (team: TestTeam, id: string) => (await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state;
