@@ -294,6 +294,8 @@ describe("a resume that fails", () => {
     expect(admin.conditions).toContainEqual(expect.objectContaining({ type: "SandboxResumed", status: "False", reason: "ResumeFailed" }));
     expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "ReadyCommandFailed", message: expect.stringMatching(/^failed to resume: .*; paused again \(Stop\), its files kept/) }));
     // It holds a paused slot, not the team's one running slot: another sandbox can be created.
+    // (The group tells the quota after the change it answered the connect with.)
+    await waitFor(async () => (await usage(team)).runningSandboxes === 0);
     expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
     expect(await quotaOf(team.teamId).reconcile()).toEqual({ ok: true, released: [] });
     const b = (await expectStatus(create(team), 201)).sandboxID as string;

@@ -64,6 +64,11 @@ describe("a resume that fails", () => {
     created.push({ id: sbx.sandboxId, key });
     await sbx.files.write("/home/user/work.txt", "written before the pause");
     await sbx.files.write("/home/user/fail-next", "x");
+    // What "runs" looks for is there while it runs: its pid 1, its processes, its disk's mount.
+    const live = hostSide(sbx.sandboxId);
+    expect(live, JSON.stringify(live)).toMatchObject({ record: true, pid1Alive: true });
+    expect(live.cgroupProcs).toBeGreaterThan(0);
+    expect(live.mounts).toBeGreaterThan(0);
     expect(await sbx.pause({ keepMemory: false })).toBe(true);
 
     // The resume starts it again (its start command runs), and its ready command fails.
@@ -87,7 +92,10 @@ describe("a resume that fails", () => {
     console.log("paused again", sbx.sandboxId, "host side", JSON.stringify(held));
     expect(held.record).toBe(true);
     expect(held.diskBytes).toBeGreaterThan(0);
-    const usage = (await api(`/admin/teams/${team}/quota`)).body.usage;
+    const usage = await waitFor(async () => {
+      const u = (await api(`/admin/teams/${team}/quota`)).body.usage;
+      return u.runningSandboxes === 0 && u;
+    }, { what: "no running slot held" });
     expect(usage).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
     // So the team's one running slot is free.
     const other = await Sandbox.create({ ...e2b(), apiKey: key });
