@@ -122,7 +122,8 @@ export interface SandboxState {
   /** The last resume that failed and was taken back to paused (machine.ts `resumeFailed`; absent:
    * none since the last resume that succeeded): the generation of that resume and the agent's
    * reason. The connect or wake that waits on that resume answers with it (409
-   * `sandbox_resume_failed`), and `GET /admin/sandboxes/{id}` shows it. */
+   * `sandbox_resume_failed`); the SandboxResumed condition and a Warning on the event list
+   * (`GET /admin/sandboxes/{id}`) keep the reason too. */
   resumeFailure?: ResumeFailure;
   /** A snapshot asked of the agent with the intent of `generation` (until its ack). */
   snapshot?: { id: string; generation: number } | null;
