@@ -114,6 +114,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private readonly timers = new CoarseTimers(1_000);
   /** The team quota: reserve before a resume, release/assert after a committed transition. */
   private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
+  /** The quota's first try of the latest transition of each sandbox whose follow is not answered
+   * yet: a connect or wake answers after the resume's end gave its paused slot back (quota-link
+   * `resuming`), so a pause right after it is not refused for that slot. */
+  private readonly quotaFollows = new Map<string, Promise<void>>();
   /** Spec objects already in storage (the spec row is rewritten only when the spec changed). */
   private readonly writtenSpecs = new WeakSet<object>();
   /**
@@ -381,6 +385,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "connect" });
     const ready = await this.waitRunning(id, waitMs, waitMs, undefined, from);
     if (!ready.ok) return ready;
+    await this.quotaFollows.get(id);
     return { ok: true, sandbox: sandboxInfo(ready.state), resumed: t.resumed === true };
   }
 
@@ -410,6 +415,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "traffic" });
     const ready = await this.waitRunning(id, waitMs, waitMs, undefined, from);
     if (!ready.ok) return ready;
+    await this.quotaFollows.get(id);
     return { ok: true, route: routeInfo(ready.state), resumed: t.resumed === true };
   }
 
@@ -452,7 +458,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     for (const id of ids) {
       const s = this.slots.find(id)?.state;
       const h = held(s ?? null);
-      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" || h === "stopped" ? { paused: h } : {}), generation: s.generation } : { known: false };
+      out[id] = s ? { known: true, counted: h !== null, ...(h && h !== "running" ? { paused: h } : {}), generation: s.generation } : { known: false };
     }
     return out;
   }
@@ -648,6 +654,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
       notify(slot);
       this.wakeHolders(before, slot.state);
       const quota = this.quota.follow(before, slot.state, ev.type);
+      if (quota) {
+        this.quotaFollows.set(id, quota);
+        void quota.finally(() => {
+          if (this.quotaFollows.get(id) === quota) this.quotaFollows.delete(id);
+        });
+      }
       const writes = ops.map((op) => this.indexOutbox.send(op));
       // A client's own change is in the index before its reply (list right after kill must not
       // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do

@@ -262,20 +262,30 @@ describe("a sandbox that fails", () => {
   });
 });
 
+/**
+ * A team whose scripted agent holds the resumes of the sandboxes in `failing`: sandbox `a` created
+ * (and `b` beside it when asked), `a` Stop-paused, and a connect of it under way, its resume's
+ * intent received (`resumedAt`) and not answered.
+ */
+async function resumeHeld(quota: Record<string, number>, withB = false) {
+  const failing = new Set<string>();
+  const team = await quotaTeam(quota, {}, { hold: (i) => i.desired.state === "running" && failing.has(i.sandboxId) });
+  const agent = agents.at(-1)!;
+  const a = (await expectStatus(create(team), 201)).sandboxID as string;
+  const b = withB ? ((await expectStatus(create(team), 201)).sandboxID as string) : "";
+  await expectStatus(call(`/sandboxes/${a}/pause`, { key: team.key, body: { memory: false } }), 204);
+  const pausedAt = agent.sandboxes.get(a)!.generation;
+  failing.add(a);
+  const connecting = call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } });
+  await agent.waitUntil(() => agent.sandboxes.get(a)!.generation > pausedAt);
+  return { team, agent, failing, a, b, connecting, resumedAt: agent.sandboxes.get(a)!.generation };
+}
+
 describe("a resume that fails", () => {
   it("goes back to paused: the connect is a 409 naming the reason, the sandbox lists as paused and holds a paused slot, not a running one; a second connect resumes it and a kill deletes it", async () => {
-    const failing = new Set<string>();
-    const team = await quotaTeam({ runningSandboxes: 1 }, {}, { hold: (i) => i.desired.state === "running" && failing.has(i.sandboxId) });
-    const agent = agents.at(-1)!;
-    const a = (await expectStatus(create(team), 201)).sandboxID as string;
-    await expectStatus(call(`/sandboxes/${a}/pause`, { key: team.key, body: { memory: false } }), 204);
-    const pausedAt = agent.sandboxes.get(a)!.generation;
+    const { team, agent, failing, a, connecting, resumedAt } = await resumeHeld({ runningSandboxes: 1 });
     // The agent takes the resume and fails it, as the real one does when the template's ready
     // command does not pass: Failed, with its reason, at the resume's generation.
-    failing.add(a);
-    const connecting = call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } });
-    await agent.waitUntil(() => agent.sandboxes.get(a)!.generation > pausedAt);
-    const resumedAt = agent.sandboxes.get(a)!.generation;
     agent.report({ sandboxId: a, generation: resumedAt, phase: "Failed", ready: false, reason: "ReadyCommandFailed", message: "the template's ready command did not pass within 8 s", observedAt: Date.now() });
     const refused = await connecting;
     expect(refused.status).toBe(409);
@@ -323,6 +333,27 @@ describe("a resume that fails", () => {
     await agent.waitUntil(() => agent.sandboxes.get(a)!.generation === paused.generation + 2);
     expect(agent.sandboxes.get(a)).toMatchObject({ phase: "Paused", intent: { desired: paused.intent.desired } });
     expect((await expectStatus(call(`/sandboxes/${a}`, { key: team.key }), 200)).state).toBe("paused");
+  });
+});
+
+describe("a resume that fails, and the team's other sandboxes", () => {
+  it("keeps the paused slot it resumes from: another pause meanwhile is refused, so the failed resume goes back to its own slot, never past pausedSandboxes", async () => {
+    // Review M1 of s35-resume: a resume gave its paused slot back at once, another pause took it,
+    // and the failed resume's forced rollback then made paused 2 of 1.
+    const { team, agent, failing, a, b, connecting, resumedAt } = await resumeHeld({ runningSandboxes: 2, pausedSandboxes: 1 }, true);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 1 });
+    await expectError(call(`/sandboxes/${b}/pause`, { key: team.key, body: { memory: false } }), 429, /has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/);
+    agent.report({ sandboxId: a, generation: resumedAt, phase: "Failed", ready: false, reason: "ReadyCommandFailed", message: "x", observedAt: Date.now() });
+    await expectError(connecting, 409, /failed to resume: ReadyCommandFailed/);
+    await waitFor(async () => (await usage(team)).runningSandboxes === 1);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+    expect(await quotaOf(team.teamId).reconcile()).toEqual({ ok: true, released: [] });
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+    // A resume that succeeds gives the paused slot back before its connect is answered: B's pause fits.
+    failing.delete(a);
+    await expectStatus(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 0 });
+    await expectStatus(call(`/sandboxes/${b}/pause`, { key: team.key, body: { memory: false } }), 204);
   });
 });
 
