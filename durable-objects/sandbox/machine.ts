@@ -339,7 +339,22 @@ function wake(s: SandboxState, now: number): Transition {
   if (s.phase !== "Pausing" && s.phase !== "Paused") return ok(s, [], { resumed: s.phase === "Resuming" });
   if (!s.spec.lifecycle.autoResume) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is paused and auto-resume is off`);
   if (s.pauseStrategy === "Stop") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" was paused without memory; resume it with connect`);
+  const failed = s.resumeFailure;
+  if (failed) {
+    const why = `${failed.reason}${failed.message ? ` (${failed.message})` : ""}`;
+    return refuse(s, ErrorCode.resumeFailed, `Sandbox "${s.spec.id}" is paused: its last resume failed: ${why}; traffic does not resume it again, a connect does (once the cause is fixed)`);
+  }
   return resume(s, MIN_RESUME_TIMEOUT_S, now);
+}
+
+/**
+ * Whether traffic (the gateway's wake) resumes this sandbox now. Not once a resume of it failed
+ * (`resumeFailure`, cleared by a resume that succeeds): every request a client retries would start
+ * another resume, its host start, its pause back and its Warning (review M2 of s35-resume); an
+ * explicit connect still resumes it. The group reserves the resume's quota only when this holds.
+ */
+export function wakeResumes(s: SandboxState): boolean {
+  return (s.phase === "Pausing" || s.phase === "Paused") && s.spec.lifecycle.autoResume && s.pauseStrategy !== "Stop" && !s.resumeFailure;
 }
 
 function resume(s: SandboxState, timeoutS: number, now: number): Transition {

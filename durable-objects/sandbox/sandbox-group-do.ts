@@ -26,7 +26,7 @@ import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } fr
 import { IndexOutbox } from "./index-outbox.ts";
 import { IndexQueue, type IndexWriter } from "./index-queue.ts";
 import { INDEX_WRITER_NAME } from "./sandbox-index-do.ts";
-import { dueAt, transition, visibleTo } from "./machine.ts";
+import { dueAt, transition, visibleTo, wakeResumes } from "./machine.ts";
 import type { Held } from "../quota/ledger.ts";
 import { held, QuotaLink } from "./quota-link.ts";
 import { restarting, type Access, type Result, type SandboxNote, type SandboxSpec, type SandboxState } from "./state.ts";
@@ -405,7 +405,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
   async wake(id: string, waitMs: number = DEFAULT_WAIT_MS): Promise<Result<{ route: RouteInfo; resumed: boolean }>> {
     const s = this.slots.find(id)?.state;
     if (!s || s.phase === "Terminating") return notFound(id);
-    if ((s.phase === "Pausing" || s.phase === "Paused") && s.spec.lifecycle.autoResume) {
+    if (wakeResumes(s)) {
       const reserved = await this.quota.beforeResume(s);
       if (!reserved.ok) return reserved;
     }

@@ -2,7 +2,7 @@
 // claim, the sandbox groups release on kill/pause and re-reserve on resume, and the quota fails
 // closed when its rows cannot be read or written.
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
 import { openQuotaStore } from "../../durable-objects/quota/store.ts";
@@ -354,6 +354,45 @@ describe("a resume that fails, and the team's other sandboxes", () => {
     await expectStatus(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
     expect(await usage(team)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 0 });
     await expectStatus(call(`/sandboxes/${b}/pause`, { key: team.key, body: { memory: false } }), 204);
+  });
+
+  it("traffic does not resume again a sandbox whose auto-resume failed: retried gateway requests get a 409 naming the failure, and no new resume; a connect still resumes it", async () => {
+    // Review M2 of s35-resume: every retried request started another resume and its pause back.
+    const rejecting = new Set<string>();
+    const team = await quotaTeam({}, {}, { reject: (i) => (i.desired.state === "running" && rejecting.has(i.sandboxId) ? "the image is gone" : undefined) });
+    const agent = agents.at(-1)!;
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, autoPause: true, autoResume: { enabled: true }, timeout: 300 } }), 201);
+    const id = sbx.sandboxID as string;
+    const gw = () => exports.default.fetch("http://edge.test/health", { headers: { "e2b-sandbox-id": id, "x-access-token": sbx.envdAccessToken } });
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
+    rejecting.add(id);
+    const g0 = agent.sandboxes.get(id)!.generation;
+    const first = await gw();
+    expect(first.status).toBe(409);
+    expect(first.headers.get("retry-after")).toBeNull();
+    expect(await first.json()).toEqual({ code: 409, message: `Sandbox "${id}" failed to resume: IntentRejected (the image is gone); it is paused again with its files kept, and a connect resumes it again once the cause is fixed` });
+    await agent.waitUntil(() => agent.sandboxes.get(id)!.generation === g0 + 2 && agent.sandboxes.get(id)!.phase === "Paused");
+    for (let i = 0; i < 4; i++) {
+      const again = await gw();
+      expect(again.status).toBe(409);
+      expect(again.headers.get("retry-after")).toBeNull();
+      expect(((await again.json()) as { message: string }).message).toBe(`Sandbox "${id}" is paused: its last resume failed: IntentRejected (the image is gone); traffic does not resume it again, a connect does (once the cause is fixed)`);
+    }
+    // One resume and its pause back, one Warning, nothing reserved for resumes that never started.
+    expect(agent.sandboxes.get(id)!.generation).toBe(g0 + 2);
+    const admin = await expectStatus(call(`/admin/sandboxes/${id}`), 200);
+    expect(admin.events.filter((e: { type: string; reason: string }) => e.type === "Warning" && e.reason === "IntentRejected")).toHaveLength(1);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
+    // A connect resumes it; once it ran again, traffic resumes it again after its next pause.
+    rejecting.delete(id);
+    await expectStatus(call(`/v2/sandboxes/${id}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
+    const g1 = agent.sandboxes.get(id)!.generation;
+    const woken = await gw();
+    await woken.body?.cancel();
+    expect(woken.status).not.toBe(409);
+    expect(agent.sandboxes.get(id)!.generation).toBe(g1 + 1);
+    expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
   });
 });
 
