@@ -1,6 +1,6 @@
 // What e2e tests of one team's sandboxes on the local agent share: the HTTP API with a team's own
 // key (or the admin key), and what the local agent on this host holds of a sandbox.
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { inject } from "vitest";
 import { layoutFor } from "../../controllers/drivers/local/layout.ts";
@@ -33,4 +33,18 @@ export function hostSide(id: string): { record: boolean; pid1Alive: boolean; cgr
     diskBytes: existsSync(layout.image) ? statSync(layout.image).blocks * 512 : 0,
     mounts,
   };
+}
+
+/** How many processes on this host have exactly this command line (`argv` joined by spaces),
+ * wherever they are: a check of what runs that does not rely on the sandbox's record. */
+export function processesWith(cmdline: string): number {
+  let n = 0;
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean).join(" ") === cmdline) n++;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return n;
 }

@@ -6,7 +6,7 @@
 import { Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait-for.ts";
-import { api, hostSide } from "./local-host.ts";
+import { api, hostSide, processesWith } from "./local-host.ts";
 import { e2b, uniqueTag } from "./sdk.ts";
 
 const created: { id: string; key: string }[] = [];
@@ -39,6 +39,8 @@ describe("a resume that fails", () => {
     expect(live, JSON.stringify(live)).toMatchObject({ record: true, pid1Alive: true });
     expect(live.cgroupProcs).toBeGreaterThan(0);
     expect(live.mounts).toBeGreaterThan(0);
+    // And its start command's own process, found by its command line, not through the record.
+    expect(processesWith(marker)).toBe(1);
     expect(await sbx.pause({ keepMemory: false })).toBe(true);
 
     // The resume starts it again (its start command runs), and its ready command fails.
@@ -57,7 +59,7 @@ describe("a resume that fails", () => {
     expect(seen.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "ReadyCommandFailed", message: expect.stringMatching(/^failed to resume: .*; paused again \(Stop\), its files kept/) }));
     // Nothing of the failed start runs on the host any more (no pid 1, no process in its cgroup,
     // nothing mounted); its disk image is kept.
-    await waitFor(() => !runs(hostSide(sbx.sandboxId)), { what: "the failed start stopped", timeoutMs: 20_000 });
+    await waitFor(() => !runs(hostSide(sbx.sandboxId)) && processesWith(marker) === 0, { what: "the failed start stopped", timeoutMs: 20_000 });
     const held = hostSide(sbx.sandboxId);
     console.log("paused again", sbx.sandboxId, "host side", JSON.stringify(held));
     expect(held.record).toBe(true);
