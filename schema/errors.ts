@@ -17,6 +17,9 @@ export const ErrorCode = {
   capacityUnavailable: "sandbox_capacity_unavailable",
   placementTimeout: "sandbox_placement_timeout",
   createFailed: "sandbox_create_failed",
+  /** A resume the agent failed: the sandbox is paused again, its files kept, and may be resumed
+   * again (409, as E2B answers a resume its sandbox's own state prevents, with an `error_code`). */
+  resumeFailed: "sandbox_resume_failed",
   notImplemented: "not_implemented",
   /** A team quota would be passed (E2B's 429). */
   quotaExceeded: "quota_exceeded",
@@ -45,6 +48,7 @@ export const errorStatus = {
   sandbox_capacity_unavailable: 503,
   sandbox_placement_timeout: 504,
   sandbox_create_failed: 500,
+  sandbox_resume_failed: 409,
   not_implemented: 501,
   quota_exceeded: 429,
   quota_unavailable: 503,
@@ -57,6 +61,7 @@ export const semanticErrorCodes: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   ErrorCode.capacityUnavailable,
   ErrorCode.placementTimeout,
   ErrorCode.createFailed,
+  ErrorCode.resumeFailed,
 ]);
 
 /** A refusal carried across a DO RPC boundary (never thrown there). */

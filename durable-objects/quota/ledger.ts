@@ -18,7 +18,7 @@ export interface Reservation extends Resources {
    * sandbox nor its vCPUs; `stopped` (Stop): a paused slot only (its disk stays on the host, its
    * memory does not). The sizes are kept, so a resume (or the reconcile) turns it back into a
    * running one. */
-  paused?: PausedHold;
+  paused?: Kept;
   /** When it was (re)reserved: the reconcile leaves young ones alone (their sandbox may not exist yet). */
   at: number;
 }
@@ -31,8 +31,8 @@ export interface QuotaRequest extends Resources {
   create: boolean;
   /** Assert a sandbox that already runs (never refused): a lost reserve must not be refused twice. */
   force?: boolean;
-  /** What a paused sandbox holds (see `holds`); absent: a running one. */
-  paused?: PausedHold;
+  /** What a paused (or resuming) sandbox holds (see `holds`); absent: a running one. */
+  paused?: Kept;
 }
 
 export interface Over {
@@ -67,7 +67,7 @@ export class Ledger {
    */
   reserve(req: QuotaRequest, limits: QuotaLimits, now: number): { ok: true; changed: Reservation | null } | { ok: false; over: Over } {
     const held = this.reservations.get(req.key);
-    if (held && held.generation >= req.generation) return { ok: true, changed: null };
+    if (held && held.generation >= req.generation && !endsResume(held, req)) return { ok: true, changed: null };
     const next = reservation(req.cpu, req.memoryMB, req.generation, now, req.paused ?? null);
     if (!req.force) {
       // Only what grows is checked: a frozen sandbox's resume asks for its vCPUs and a running
@@ -99,7 +99,7 @@ export class Ledger {
   }
 
   /** The reconcile: the reservation becomes what its group holds at `generation` (never refused). */
-  rehold(key: string, paused: PausedHold | null, generation: number, now: number): Reservation | null {
+  rehold(key: string, paused: Kept | null, generation: number, now: number): Reservation | null {
     const held = this.reservations.get(key);
     if (!held) return null;
     const next = reservation(held.cpu, held.memoryMB, generation, now, paused);
@@ -149,21 +149,26 @@ export class Ledger {
 /** What a paused sandbox holds: a paused slot, and its memory too when Freeze-paused ("frozen"). */
 export type PausedHold = "frozen" | "stopped";
 
+/** What a reservation holds besides what a running sandbox does, or instead of it: paused, or a
+ * resume in flight (`resuming`: what a running one holds and the paused slot it resumes from, kept
+ * until the resume ends, so a resume that fails goes back to a slot nobody else took meanwhile). */
+export type Kept = PausedHold | "resuming";
+
 /** What a sandbox holds against the quota: all but a paused slot while it runs (or has failed), a
- * paused slot (and its memory when frozen) while paused. */
-export type Hold = "running" | PausedHold | null;
+ * paused slot (and its memory when frozen) while paused, both while it resumes. */
+export type Hold = "running" | Kept | null;
 
 /** What the sandbox's group says of a reserved sandbox when the reconcile asks (`paused`: how it
  * is paused; absent: running, or not counted). */
-export type Held = { known: false } | { known: true; counted: boolean; paused?: PausedHold; generation: number };
+export type Held = { known: false } | { known: true; counted: boolean; paused?: Kept; generation: number };
 
 /** How a group's answer says the sandbox is paused (null: running, or not counted). */
-export function heldPaused(h: Extract<Held, { known: true }>): PausedHold | null {
+export function heldPaused(h: Extract<Held, { known: true }>): Kept | null {
   return h.paused ?? null;
 }
 
 /** How a reservation says the sandbox is paused (null: running). */
-export function reservedPaused(r: Reservation): PausedHold | null {
+export function reservedPaused(r: Reservation): Kept | null {
   return r.paused ?? null;
 }
 
@@ -195,13 +200,16 @@ export function reheld(r: Reservation, held: Held, now: number): held is Extract
  * sandbox's disk on its host, so their number is bounded (`pausedSandboxes`).
  *
  * A Failed one holds all a running one does until it is killed: failing deletes nothing on its
- * host (a ready command that fails leaves its processes running; a failed resume or pause leaves
- * its disk, cgroup, uid range and address), and the tenant decides when its sandboxes fail, so a
- * quota that let go at Failed would bound nothing (quotas fail closed). Its kill is the machine's
- * (machine.ts `FAILED_RETAIN_MS`), as a kill frees any sandbox's slot.
+ * host (a ready command that fails leaves its processes running; a failed pause leaves its disk,
+ * cgroup, uid range and address), and the tenant decides when its sandboxes fail, so a quota that
+ * let go at Failed would bound nothing (quotas fail closed). Its kill is the machine's (machine.ts
+ * `FAILED_RETAIN_MS`), as a kill frees any sandbox's slot. A failed resume is not Failed: it goes
+ * back to Pausing (machine.ts `resumeFailed`), a paused slot again: the one its resume kept
+ * (`resuming`), so a rollback never takes a paused slot another pause took meanwhile.
  */
 export function holds(phase: string | null | undefined, pauseStrategy?: string): Hold {
-  if (phase === "Pending" || phase === "Running" || phase === "Resuming" || phase === "Failed") return "running";
+  if (phase === "Resuming") return "resuming";
+  if (phase === "Pending" || phase === "Running" || phase === "Failed") return "running";
   if (phase === "Pausing" || phase === "Paused") return pauseStrategy === "Freeze" ? "frozen" : "stopped";
   return null;
 }
@@ -219,7 +227,7 @@ export function overMessage(team: string, over: Over): string {
 }
 
 /** A reservation as stored: `frozen` or `stopped` only when it is (a running one has neither key). */
-function reservation(cpu: number, memoryMB: number, generation: number, at: number, paused: PausedHold | null): Reservation {
+function reservation(cpu: number, memoryMB: number, generation: number, at: number, paused: Kept | null): Reservation {
   return { cpu, memoryMB, generation, at, ...(paused ? { paused } : {}) };
 }
 
@@ -234,9 +242,19 @@ const NOTHING: Weight = { running: 0, cpu: 0, memoryMB: 0, paused: 0 };
 
 /** What a reservation adds to the totals. */
 function weight(r: Reservation): Weight {
+  if (r.paused === "resuming") return { running: 1, cpu: r.cpu, memoryMB: r.memoryMB, paused: 1 };
   if (r.paused === "frozen") return { running: 0, cpu: 0, memoryMB: r.memoryMB, paused: 1 };
   if (r.paused === "stopped") return { running: 0, cpu: 0, memoryMB: 0, paused: 1 };
   return { running: 1, cpu: r.cpu, memoryMB: r.memoryMB, paused: 0 };
+}
+
+/**
+ * A resume's end at the resume's own generation (the sandbox observed Running, or Failed, does not
+ * move its generation): a `resuming` reservation gives back its paused slot. Only this shrink is
+ * taken at an equal generation; anything else there is a repeat.
+ */
+function endsResume(held: Reservation, req: QuotaRequest): boolean {
+  return held.generation === req.generation && held.paused === "resuming" && req.paused !== "resuming";
 }
 
 function check(name: SandboxQuotaName, wanted: number, limits: QuotaLimits): { name: SandboxQuotaName; limit: number } | null {

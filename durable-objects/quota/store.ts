@@ -3,7 +3,7 @@
 // then also of Stop-paused ones, which held nothing before paused sandboxes counted) is done. Pending reservations (a claim in flight) are never written: a restart
 // ends their claim too.
 import { TeamQuotaUpdate } from "../../schema/api/quota.ts";
-import type { PausedHold, Reservation } from "./ledger.ts";
+import type { Kept, Reservation } from "./ledger.ts";
 
 type Sql = Pick<SqlStorage, "exec">;
 
@@ -17,8 +17,9 @@ CREATE TABLE IF NOT EXISTS census_paused (id INTEGER PRIMARY KEY CHECK (id = 0),
 CREATE TABLE IF NOT EXISTS census_stopped (id INTEGER PRIMARY KEY CHECK (id = 0), at INTEGER NOT NULL);
 `;
 /** Added after the table: 1 for a paused sandbox's reservation, Freeze (its memory and a paused
- * slot) and Stop (a paused slot only). */
-const ADDED_COLUMNS = ["frozen", "stopped"] as const;
+ * slot) and Stop (a paused slot only); 1 for a resume in flight (`resuming`: running and the
+ * paused slot it resumes from). */
+const ADDED_COLUMNS = ["frozen", "stopped", "resuming"] as const;
 /** The census tables, each taken once: an object missing one takes the census again. */
 const CENSUS_TABLES = ["census", "census_paused", "census_stopped"] as const;
 
@@ -46,7 +47,7 @@ export function openQuotaStore(sql: Sql): QuotaStore {
   return {
     load: () => {
       schema();
-      const rows = sql.exec<{ sandbox_id: string; generation: number; cpu: number; memory_mb: number; at: number; frozen: number; stopped: number }>("SELECT * FROM reservations").toArray();
+      const rows = sql.exec<{ sandbox_id: string; generation: number; cpu: number; memory_mb: number; at: number; frozen: number; stopped: number; resuming: number }>("SELECT * FROM reservations").toArray();
       const stored = sql.exec<{ value: string }>("SELECT value FROM limits WHERE id = 0").toArray()[0];
       return {
         reservations: rows.map((r) => [r.sandbox_id, { generation: r.generation, cpu: r.cpu, memoryMB: r.memory_mb, at: r.at, ...pausedOf(r) }]),
@@ -58,8 +59,8 @@ export function openQuotaStore(sql: Sql): QuotaStore {
     },
     put: (id, r) => {
       sql.exec(
-        "INSERT INTO reservations (sandbox_id, generation, cpu, memory_mb, at, frozen, stopped) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET generation = excluded.generation, cpu = excluded.cpu, memory_mb = excluded.memory_mb, at = excluded.at, frozen = excluded.frozen, stopped = excluded.stopped",
-        id, r.generation, r.cpu, r.memoryMB, r.at, r.paused === "frozen" ? 1 : 0, r.paused === "stopped" ? 1 : 0,
+        "INSERT INTO reservations (sandbox_id, generation, cpu, memory_mb, at, frozen, stopped, resuming) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(sandbox_id) DO UPDATE SET generation = excluded.generation, cpu = excluded.cpu, memory_mb = excluded.memory_mb, at = excluded.at, frozen = excluded.frozen, stopped = excluded.stopped, resuming = excluded.resuming",
+        id, r.generation, r.cpu, r.memoryMB, r.at, r.paused === "frozen" ? 1 : 0, r.paused === "stopped" ? 1 : 0, r.paused === "resuming" ? 1 : 0,
       );
     },
     markCensus: (at) => {
@@ -75,8 +76,8 @@ export function openQuotaStore(sql: Sql): QuotaStore {
   };
 }
 
-/** The one place the two columns become the reservation's `paused` (both set, never written, reads
- * as frozen: the larger hold). Two columns because each was added by its own ALTER on load. */
-function pausedOf(r: { frozen: number; stopped: number }): { paused?: PausedHold } {
-  return r.frozen ? { paused: "frozen" } : r.stopped ? { paused: "stopped" } : {};
+/** The one place the columns become the reservation's `paused` (more than one set, never written,
+ * reads as the larger hold). One column each because each was added by its own ALTER on load. */
+function pausedOf(r: { frozen: number; stopped: number; resuming: number }): { paused?: Kept } {
+  return r.resuming ? { paused: "resuming" } : r.frozen ? { paused: "frozen" } : r.stopped ? { paused: "stopped" } : {};
 }

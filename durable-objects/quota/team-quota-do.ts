@@ -20,7 +20,7 @@ import { getDb } from "../store/db.ts";
 import { listLiveOfTeam } from "../store/sandbox-index.ts";
 import { sandboxGroupOf, sandboxGroupStub } from "../sandbox/stub.ts";
 import { TurnWrites } from "../turn-writes.ts";
-import { heldPaused, Ledger, overMessage, reheld, stale, type Held, type Hold, type PausedHold, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
+import { heldPaused, Ledger, overMessage, reheld, stale, type Held, type Hold, type Kept, type QuotaRequest, type Reservation, type Resources } from "./ledger.ts";
 import { openQuotaStore, type QuotaStore } from "./store.ts";
 import { afterClaim, createClaimed, noStock, type ClaimCreate, type ClaimCreateResult, type Created } from "./claim-create.ts";
 import { deleteIntent } from "../cluster/machine.ts";
@@ -52,8 +52,8 @@ export interface QuotaReserve extends Resources {
   generation: number;
   /** Never refused: the sandbox already counts (see the group's quota link). */
   force?: boolean;
-  /** Paused: a paused slot (and its memory when frozen), not a running one. */
-  paused?: PausedHold;
+  /** Paused: a paused slot (and its memory when frozen), not a running one; `resuming`: both. */
+  paused?: Kept;
 }
 
 export interface QuotaStatus {

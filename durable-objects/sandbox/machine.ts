@@ -3,8 +3,9 @@
 // `result`, never as throws.
 //
 // Phases: Pending → Running → Pausing → Paused → Resuming → Running; any → Terminating → gone;
-// Failed only when the agent reports it (a terminal error) or rejects an intent; a transient
-// failure the agent retries is a Ready=False reason, never Failed. Condition reasons:
+// a resume the agent fails or rejects goes back, Resuming → Pausing → Paused (`resumeFailed`);
+// Failed only when the agent reports it (a terminal error) or rejects an intent otherwise; a
+// transient failure the agent retries is a Ready=False reason, never Failed. Condition reasons:
 //   Ready              Pending (not yet observed), RuntimeReady (runtime answers and is
 //                      initialised for this generation), RuntimeNotReady, Paused, Terminating,
 //                      IntentRejected, ReconcileError (the agent retries a failure),
@@ -14,7 +15,9 @@
 //   RuntimeInitialized Pending (re-init with this claim's token and env vars sent), Succeeded
 //   SandboxPaused      Pending (pause sent), FreezePauseSucceed (cgroup-frozen, memory kept),
 //                      StopPauseSucceed (released, filesystem kept)
-//   SandboxResumed     ResumePod (resume sent: False; observed running: True)
+//   SandboxResumed     ResumePod (resume sent: False; observed running: True), ResumeFailed
+//                      (False: the resume failed and the sandbox is paused again; the message
+//                      is the agent's reason and message)
 //   Upgrading          UpgradePod (an ops run's new revision sent: False), Succeeded (observed
 //                      running, or paused, at it: True), UpgradePodFailed (the agent failed it)
 //   SeccompFiltered,   the driver's (schema/crd/conditions.ts), as its observations say: set on
@@ -336,7 +339,22 @@ function wake(s: SandboxState, now: number): Transition {
   if (s.phase !== "Pausing" && s.phase !== "Paused") return ok(s, [], { resumed: s.phase === "Resuming" });
   if (!s.spec.lifecycle.autoResume) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is paused and auto-resume is off`);
   if (s.pauseStrategy === "Stop") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" was paused without memory; resume it with connect`);
+  const failed = s.resumeFailure;
+  if (failed) {
+    const why = `${failed.reason}${failed.message ? ` (${failed.message})` : ""}`;
+    return refuse(s, ErrorCode.resumeFailed, `Sandbox "${s.spec.id}" is paused: its last resume failed: ${why}; traffic does not resume it again, a connect does (once the cause is fixed)`);
+  }
   return resume(s, MIN_RESUME_TIMEOUT_S, now);
+}
+
+/**
+ * Whether traffic (the gateway's wake) resumes this sandbox now. Not once a resume of it failed
+ * (`resumeFailure`, cleared by a resume that succeeds): every request a client retries would start
+ * another resume, its host start, its pause back and its Warning (review M2 of s35-resume); an
+ * explicit connect still resumes it. The group reserves the resume's quota only when this holds.
+ */
+export function wakeResumes(s: SandboxState): boolean {
+  return (s.phase === "Pausing" || s.phase === "Paused") && s.spec.lifecycle.autoResume && s.pauseStrategy !== "Stop" && !s.resumeFailure;
 }
 
 function resume(s: SandboxState, timeoutS: number, now: number): Transition {
@@ -364,7 +382,9 @@ function observe(s: SandboxState, obs: Observation, now: number): Transition {
       fail(s, obs.reason ?? "SandboxGone", obs.message ?? "the sandbox disappeared from its cluster", now, true);
       break;
     case "Failed":
-      if (s.desired !== "deleted") fail(s, obs.reason ?? "Failed", obs.message, now);
+      if (s.desired === "deleted") break;
+      if (rollsBack(s)) return ok(s, resumeFailed(s, obs.reason ?? "Failed", obs.message, now));
+      fail(s, obs.reason ?? "Failed", obs.message, now);
       break;
     case "Running":
       if (s.desired !== "running") {
@@ -398,6 +418,7 @@ function ack(s: SandboxState, ev: Extract<SandboxEvent, { type: "ack" }>, now: n
   if (s.snapshot?.generation === ev.generation) s.snapshot = null;
   if (ev.result === "rejected") {
     if (s.desired === "deleted") return ok(null, [{ kind: "purge" }]);
+    if (rollsBack(s)) return ok(s, resumeFailed(s, "IntentRejected", ev.message, now));
     fail(s, "IntentRejected", ev.message, now);
   } else if (ev.result === "applied") {
     // Applied means the agent holds this generation: its observation of it adds nothing new.
@@ -463,6 +484,7 @@ function becomeRunning(s: SandboxState, now: number): void {
   if (s.phase === "Resuming") {
     setCondition(s, "SandboxResumed", "True", "ResumePod", now);
     removeCondition(s, "SandboxPaused");
+    delete s.resumeFailure;
   }
   if (s.phase === "Pending" || s.phase === "Resuming") s.phase = "Running";
   setCondition(s, "Ready", "True", "RuntimeReady", now);
@@ -512,14 +534,17 @@ export const FAILED_RETAIN_MS = PURGE_GRACE_MS;
  * The sandbox failed. Its end moves to FAILED_RETAIN_MS from the first failure at the latest, also
  * for a never-timeout one: nothing else deletes its host side, and nobody can use it any more
  * (E2B's API answers 404 for it). Two are kept to their own timeout instead, still counted: one
- * whose upgrade failed (its update ops run retries it with the next attempt), and one whose resume
- * failed while its host side is still there (`hostGone` false): its disk holds what the user paused,
- * and the failure may be ours (an image the agent no longer has, a snapshot error, a rejected
- * intent), so the 10-min kill would destroy the user's data for it; the team's key frees it by id.
+ * whose upgrade failed (its update ops run retries it with the next attempt), and one whose pause
+ * back from a failed resume (`resumeFailed`) failed too while its host side is still there
+ * (`hostGone` false): its disk holds what the user paused, and the failure may be ours (an image
+ * the agent no longer has, a snapshot error, a rejected intent), so the 10-min kill would destroy
+ * the user's data for it; the team's key frees it by id. A failed resume itself is not Failed: it
+ * goes back to paused (`resumeFailed`).
  */
 function fail(s: SandboxState, reason: string, message: string | undefined, now: number, hostGone = false): void {
   const first = s.phase !== "Failed";
-  const resuming = s.phase === "Resuming";
+  // The pause that takes a failed resume back (resumeFailed), failing too.
+  const rollingBack = s.phase === "Pausing" && s.resumeFailure?.generation === s.generation - 1;
   s.phase = "Failed";
   setCondition(s, "Ready", "False", reason, now, message);
   if (s.upgrade && !s.upgrade.done) {
@@ -527,14 +552,48 @@ function fail(s: SandboxState, reason: string, message: string | undefined, now:
     return;
   }
   if (!first) return;
-  if (resuming && !hostGone) {
+  if (rollingBack && !hostGone) {
     const until = s.endAt === null ? "until it is killed (never-timeout)" : `until ${new Date(s.endAt).toISOString()} (its timeout)`;
-    note(s, { at: now, type: "Warning", reason, message: `failed to resume${message ? `: ${message}` : ""}; its paused disk is kept ${until}, counted against the team quota as a running sandbox; kill it by id to free it`, source: "sandbox" });
+    note(s, { at: now, type: "Warning", reason, message: `failed to pause again after its resume failed${message ? `: ${message}` : ""}; its paused disk is kept ${until}, counted against the team quota as a running sandbox; kill it by id to free it`, source: "sandbox" });
     return;
   }
   const deleteAt = now + FAILED_RETAIN_MS;
   if (s.endAt === null || s.endAt > deleteAt) s.endAt = deleteAt;
   note(s, { at: now, type: "Warning", reason, message: `failed${message ? `: ${message}` : ""}; killed (its host side deleted) by ${new Date(s.endAt).toISOString()} at the latest, counted against the team quota until then`, source: "sandbox" });
+}
+
+/**
+ * Whether a failure of the newest intent takes the sandbox back to paused (`resumeFailed`): it was
+ * resuming, with no upgrade under way (a failed upgrade stays Failed: its update ops run retries it
+ * with its next attempt, which needs the Failed phase).
+ */
+function rollsBack(s: SandboxState): boolean {
+  return s.phase === "Resuming" && !(s.upgrade && !s.upgrade.done);
+}
+
+/**
+ * A resume the agent failed (its template's ready command did not pass, the host side could not be
+ * started: a terminal error) or rejected goes back to paused as it was paused, with the next
+ * generation: the agent stops what the failed start left (a Stop pause ends its processes and
+ * unmounts its disk; a Freeze pause freezes them again), and deletes nothing of its files. It holds
+ * a paused slot again (quota-link follows the phase), lists as paused, is kept to its paused
+ * retention, and a later connect resumes it again (once the cause is fixed). E2B has no Failed
+ * state to show: a Failed sandbox is a 404, so the user's paused work would be unreachable.
+ * `resumeFailure` names the failed resume, so the connect or wake waiting on it answers with the
+ * reason (sandbox-group-do.ts); a Warning and the SandboxResumed condition keep it too.
+ */
+function resumeFailed(s: SandboxState, reason: string, message: string | undefined, now: number): SandboxEffect[] {
+  s.resumeFailure = { generation: s.generation, reason, ...(message !== undefined ? { message } : {}), at: now };
+  s.phase = "Pausing";
+  s.desired = "paused";
+  s.generation++;
+  s.retainUntil = s.spec.pausedRetentionMs === null ? null : now + s.spec.pausedRetentionMs;
+  const why = `${reason}${message ? `: ${message}` : ""}`;
+  setCondition(s, "SandboxResumed", "False", "ResumeFailed", now, why);
+  setCondition(s, "SandboxPaused", "False", "Pending", now);
+  setCondition(s, "Ready", "False", reason, now, message);
+  note(s, { at: now, type: "Warning", reason, message: `failed to resume${message ? `: ${message}` : ""}; paused again (${s.pauseStrategy}), its files kept: connect resumes it again`, source: "sandbox" });
+  return [sendIntent(s, now), index(s)];
 }
 
 /** Index rows carry what list shows; a phase change E2B cannot see (Pending → Running) is not written. */

@@ -6,7 +6,7 @@
 // for good is found by the quota's reconcile.
 import type { Env } from "../env.ts";
 import { ErrorCode, type Refusal } from "../../schema/errors.ts";
-import { holds, type Hold, type PausedHold } from "../quota/ledger.ts";
+import { holds, type Hold, type Kept } from "../quota/ledger.ts";
 import type { SandboxEvent } from "./events.ts";
 import type { Result, SandboxState } from "./state.ts";
 import { edgeLogger } from "../tracing/edge-log.ts";
@@ -31,10 +31,12 @@ export class QuotaLink {
     this.background = background;
   }
 
-  /** Before a resume: reserves the sandbox at the generation the resume will have. */
+  /** Before a resume: reserves the sandbox at the generation the resume will have, keeping the
+   * paused slot it resumes from (`resuming`) until the resume ends (`follow`): a resume that fails
+   * goes back to it. */
   async beforeResume(s: SandboxState): Promise<Result> {
     try {
-      return await this.quota(s).reserve(request(s, s.generation + 1, false));
+      return await this.quota(s).reserve(request(s, s.generation + 1, false, "resuming"));
     } catch (err) {
       return { ok: false, error: unavailable(s, err, "resume") };
     }
@@ -116,7 +118,7 @@ export function held(s: SandboxState | null): Hold {
   return s ? holds(s.phase, s.pauseStrategy) : null;
 }
 
-function request(s: SandboxState, generation: number, force: boolean, paused?: PausedHold) {
+function request(s: SandboxState, generation: number, force: boolean, paused?: Kept) {
   return { sandboxId: s.spec.id, generation, cpu: s.spec.cpuCount, memoryMB: s.spec.memoryMB, teamId: s.spec.teamId, teamName: s.spec.teamName ?? s.spec.teamId, force, ...(paused ? { paused } : {}) };
 }
 

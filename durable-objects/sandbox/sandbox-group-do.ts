@@ -26,7 +26,7 @@ import { indexRow, routeInfo, sandboxInfo, type RouteInfo, type SandboxInfo } fr
 import { IndexOutbox } from "./index-outbox.ts";
 import { IndexQueue, type IndexWriter } from "./index-queue.ts";
 import { INDEX_WRITER_NAME } from "./sandbox-index-do.ts";
-import { dueAt, transition, visibleTo } from "./machine.ts";
+import { dueAt, transition, visibleTo, wakeResumes } from "./machine.ts";
 import type { Held } from "../quota/ledger.ts";
 import { held, QuotaLink } from "./quota-link.ts";
 import { restarting, type Access, type Result, type SandboxNote, type SandboxSpec, type SandboxState } from "./state.ts";
@@ -114,6 +114,10 @@ export class SandboxGroupDO extends DurableObject<Env> {
   private readonly timers = new CoarseTimers(1_000);
   /** The team quota: reserve before a resume, release/assert after a committed transition. */
   private readonly quota = new QuotaLink(this.env, (p) => this.ctx.waitUntil(p));
+  /** The quota's first try of the latest transition of each sandbox whose follow is not answered
+   * yet: a connect or wake answers after the resume's end gave its paused slot back (quota-link
+   * `resuming`), so a pause right after it is not refused for that slot. */
+  private readonly quotaFollows = new Map<string, Promise<void>>();
   /** Spec objects already in storage (the spec row is rewritten only when the spec changed). */
   private readonly writtenSpecs = new WeakSet<object>();
   /**
@@ -375,11 +379,13 @@ export class SandboxGroupDO extends DurableObject<Env> {
       if (!reserved.ok) return reserved;
     }
     const waitMs = opts.waitMs ?? DEFAULT_WAIT_MS;
+    const from = s.generation;
     const t = await this.apply(id, { type: "connect", timeoutS: opts.timeoutS, memory: opts.memory }, waitMs, access.traceparent);
     if (!t.ok) return t;
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "connect" });
-    const ready = await this.waitRunning(id, waitMs);
+    const ready = await this.waitRunning(id, waitMs, waitMs, undefined, from);
     if (!ready.ok) return ready;
+    await this.quotaFollows.get(id);
     return { ok: true, sandbox: sandboxInfo(ready.state), resumed: t.resumed === true };
   }
 
@@ -399,15 +405,17 @@ export class SandboxGroupDO extends DurableObject<Env> {
   async wake(id: string, waitMs: number = DEFAULT_WAIT_MS): Promise<Result<{ route: RouteInfo; resumed: boolean }>> {
     const s = this.slots.find(id)?.state;
     if (!s || s.phase === "Terminating") return notFound(id);
-    if ((s.phase === "Pausing" || s.phase === "Paused") && s.spec.lifecycle.autoResume) {
+    if (wakeResumes(s)) {
       const reserved = await this.quota.beforeResume(s);
       if (!reserved.ok) return reserved;
     }
+    const from = s.generation;
     const t = await this.apply(id, { type: "wake" }, waitMs);
     if (!t.ok) return t;
     if (t.resumed) countInObject(this.env, EDGE.wakeups, { via: "traffic" });
-    const ready = await this.waitRunning(id, waitMs);
+    const ready = await this.waitRunning(id, waitMs, waitMs, undefined, from);
     if (!ready.ok) return ready;
+    await this.quotaFollows.get(id);
     return { ok: true, route: routeInfo(ready.state), resumed: t.resumed === true };
   }
 
@@ -450,7 +458,7 @@ export class SandboxGroupDO extends DurableObject<Env> {
     for (const id of ids) {
       const s = this.slots.find(id)?.state;
       const h = held(s ?? null);
-      out[id] = s ? { known: true, counted: h !== null, ...(h === "frozen" || h === "stopped" ? { paused: h } : {}), generation: s.generation } : { known: false };
+      out[id] = s ? { known: true, counted: h !== null, ...(h && h !== "running" ? { paused: h } : {}), generation: s.generation } : { known: false };
     }
     return out;
   }
@@ -646,6 +654,12 @@ export class SandboxGroupDO extends DurableObject<Env> {
       notify(slot);
       this.wakeHolders(before, slot.state);
       const quota = this.quota.follow(before, slot.state, ev.type);
+      if (quota) {
+        this.quotaFollows.set(id, quota);
+        void quota.finally(() => {
+          if (this.quotaFollows.get(id) === quota) this.quotaFollows.delete(id);
+        });
+      }
       const writes = ops.map((op) => this.indexOutbox.send(op));
       // A client's own change is in the index before its reply (list right after kill must not
       // show the sandbox); the write runs beside the enqueue. Agent- and timer-driven writes do
@@ -804,12 +818,25 @@ export class SandboxGroupDO extends DurableObject<Env> {
     void this.ctx.storage.setAlarm(due);
   }
 
-  /** `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. */
-  private waitRunning(id: string, ms: number, boundMs = ms, also: (s: SandboxState) => boolean = () => true): Promise<Result<{ state: SandboxState }>> {
+  /**
+   * `boundMs`: the caller's whole bound, for the message, when `ms` is what is left of it. `from`:
+   * the generation before the caller's resume (connect, wake), whose failure (the sandbox paused
+   * again, machine.ts `resumeFailed`) is answered as such; a resume already under way then is
+   * that generation itself, and an older failure is below it.
+   */
+  private waitRunning(id: string, ms: number, boundMs = ms, also: (s: SandboxState) => boolean = () => true, from?: number): Promise<Result<{ state: SandboxState }>> {
     return this.waitSettled(
       id,
       ms,
-      (s) => (s.phase === "Running" && also(s) ? { ok: true, state: s } : s.phase === "Failed" ? { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } } : null),
+      (s) => {
+        if (s.phase === "Running" && also(s)) return { ok: true, state: s };
+        if (s.phase === "Failed") return { ok: false, error: { code: ErrorCode.createFailed, message: failureMessage(s) } };
+        const failed = s.resumeFailure;
+        if (from !== undefined && failed && failed.generation >= from && (s.phase === "Pausing" || s.phase === "Paused")) {
+          return { ok: false, error: { code: ErrorCode.resumeFailed, message: resumeFailureMessage(id, failed) } };
+        }
+        return null;
+      },
       (s) => ({ code: ErrorCode.placementTimeout, message: `Sandbox "${id}" did not become ready within ${boundMs} ms${retryDetail(s)}` }),
     );
   }
@@ -868,6 +895,11 @@ function bounded(p: Promise<EnqueueResult>, ms: number, timers: CoarseTimers): P
 function failureMessage(s: SandboxState): string {
   const ready = s.conditions.find((c) => c.type === "Ready");
   return `Sandbox failed: ${ready?.reason ?? "unknown"}${ready?.message ? ` (${ready.message})` : ""}`;
+}
+
+/** A resume the agent failed, the sandbox paused again (machine.ts `resumeFailed`). */
+function resumeFailureMessage(id: string, f: NonNullable<SandboxState["resumeFailure"]>): string {
+  return `Sandbox "${id}" failed to resume: ${f.reason}${f.message ? ` (${f.message})` : ""}; it is paused again with its files kept, and a connect resumes it again once the cause is fixed`;
 }
 
 /** Why a sandbox is not ready yet when the agent said (e.g. a failure it is retrying), for a timeout's message. */

@@ -119,8 +119,23 @@ export interface SandboxState {
    * and attempt (the idempotency key: the same pair is never applied twice), the generation of
    * its intent, whether the sandbox was paused then (it stays paused), and whether it finished. */
   upgrade?: SandboxUpgrade;
+  /** The last resume that failed and was taken back to paused (machine.ts `resumeFailed`; absent:
+   * none since the last resume that succeeded): the generation of that resume and the agent's
+   * reason. The connect or wake that waits on that resume answers with it (409
+   * `sandbox_resume_failed`); the SandboxResumed condition and a Warning on the event list
+   * (`GET /admin/sandboxes/{id}`) keep the reason too. */
+  resumeFailure?: ResumeFailure;
   /** A snapshot asked of the agent with the intent of `generation` (until its ack). */
   snapshot?: { id: string; generation: number } | null;
+}
+
+export interface ResumeFailure {
+  /** The failed resume's generation (its rollback pause is the next one). */
+  generation: number;
+  /** The agent's CamelCase reason (e.g. ReadyCommandFailed, IntentRejected) and its message. */
+  reason: string;
+  message?: string;
+  at: number;
 }
 
 export interface SandboxUpgrade {

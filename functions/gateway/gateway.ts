@@ -194,6 +194,9 @@ async function serve(c: Context<AppEnv>, req: Request, url: URL, target: Gateway
     const woken = await sandboxHandle(c.env, target.sandboxId).wake(WAKE_WAIT_MS);
     if (!woken.ok) {
       if (woken.error.code === ErrorCode.sandboxNotFound || woken.error.code === ErrorCode.notFound) return notFound(target.sandboxId);
+      // Its resume failed and it is paused again: a retry would not help (the wake does not resume
+      // it again until a connect did), so no retry-after and not "waking up".
+      if (woken.error.code === ErrorCode.resumeFailed) return json(409, { code: 409, message: woken.error.message });
       return json(503, { code: 503, message: `sandbox ${target.sandboxId} is waking up: ${woken.error.message}` }, { "retry-after": "1" });
     }
     route = woken.route;

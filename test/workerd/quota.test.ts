@@ -2,7 +2,7 @@
 // claim, the sandbox groups release on kill/pause and re-reserve on resume, and the quota fails
 // closed when its rows cannot be read or written.
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import type { TeamQuotaDO } from "../../durable-objects/quota/team-quota-do.ts";
 import { openQuotaStore } from "../../durable-objects/quota/store.ts";
@@ -259,6 +259,140 @@ describe("a sandbox that fails", () => {
     await expectStatus(call(`/sandboxes/${a}`, { key: team.key, method: "DELETE" }), 204);
     await agent.waitUntil(() => !agent.sandboxes.has(a));
     await expectStatus(create(team), 201);
+  });
+});
+
+/**
+ * A team whose scripted agent holds the resumes of the sandboxes in `failing`: sandbox `a` created
+ * (and `b` beside it when asked), `a` Stop-paused, and a connect of it under way, its resume's
+ * intent received (`resumedAt`) and not answered.
+ */
+async function resumeHeld(quota: Record<string, number>, withB = false) {
+  const failing = new Set<string>();
+  const team = await quotaTeam(quota, {}, { hold: (i) => i.desired.state === "running" && failing.has(i.sandboxId) });
+  const agent = agents.at(-1)!;
+  const a = (await expectStatus(create(team), 201)).sandboxID as string;
+  const b = withB ? ((await expectStatus(create(team), 201)).sandboxID as string) : "";
+  await expectStatus(call(`/sandboxes/${a}/pause`, { key: team.key, body: { memory: false } }), 204);
+  const pausedAt = agent.sandboxes.get(a)!.generation;
+  failing.add(a);
+  const connecting = call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } });
+  await agent.waitUntil(() => agent.sandboxes.get(a)!.generation > pausedAt);
+  return { team, agent, failing, a, b, connecting, resumedAt: agent.sandboxes.get(a)!.generation };
+}
+
+describe("a resume that fails", () => {
+  it("goes back to paused: the connect is a 409 naming the reason, the sandbox lists as paused and holds a paused slot, not a running one; a second connect resumes it and a kill deletes it", async () => {
+    const { team, agent, failing, a, connecting, resumedAt } = await resumeHeld({ runningSandboxes: 1 });
+    // The agent takes the resume and fails it, as the real one does when the template's ready
+    // command does not pass: Failed, with its reason, at the resume's generation.
+    agent.report({ sandboxId: a, generation: resumedAt, phase: "Failed", ready: false, reason: "ReadyCommandFailed", message: "the template's ready command did not pass within 8 s", observedAt: Date.now() });
+    const refused = await connecting;
+    expect(refused.status).toBe(409);
+    expect(await refused.json()).toEqual({
+      code: 409,
+      error_code: "sandbox_resume_failed",
+      message: `Sandbox "${a}" failed to resume: ReadyCommandFailed (the template's ready command did not pass within 8 s); it is paused again with its files kept, and a connect resumes it again once the cause is fixed`,
+    });
+    // The edge paused it again, as it was paused (Stop: the agent ends what the failed start left).
+    await agent.waitUntil(() => agent.sandboxes.get(a)?.phase === "Paused" && agent.sandboxes.get(a)!.generation === resumedAt + 1);
+    expect(agent.sandboxes.get(a)!.intent.desired).toEqual({ state: "paused", pauseStrategy: "Stop" });
+    expect((await expectStatus(call(`/sandboxes/${a}`, { key: team.key }), 200)).state).toBe("paused");
+    await waitFor(async () => (await expectStatus(call("/v2/sandboxes?state=paused", { key: team.key }), 200)).some((x: { sandboxID: string }) => x.sandboxID === a));
+    const admin = await expectStatus(call(`/admin/sandboxes/${a}`), 200);
+    expect(admin.phase).toBe("Paused");
+    expect(admin.conditions).toContainEqual(expect.objectContaining({ type: "SandboxResumed", status: "False", reason: "ResumeFailed" }));
+    expect(admin.events).toContainEqual(expect.objectContaining({ type: "Warning", reason: "ReadyCommandFailed", message: expect.stringMatching(/^failed to resume: .*; paused again \(Stop\), its files kept/) }));
+    // It holds a paused slot, not the team's one running slot: another sandbox can be created.
+    // (The group tells the quota after the change it answered the connect with.)
+    await waitFor(async () => (await usage(team)).runningSandboxes === 0);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
+    expect(await quotaOf(team.teamId).reconcile()).toEqual({ ok: true, released: [] });
+    const b = (await expectStatus(create(team), 201)).sandboxID as string;
+    await expectStatus(call(`/sandboxes/${b}`, { key: team.key, method: "DELETE" }), 204);
+    // Once the cause is gone, a second connect resumes it.
+    failing.delete(a);
+    await expectStatus(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    expect((await expectStatus(call(`/sandboxes/${a}`, { key: team.key }), 200)).state).toBe("running");
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 0 });
+    // A kill by id deletes it.
+    await expectStatus(call(`/sandboxes/${a}`, { key: team.key, method: "DELETE" }), 204);
+    await agent.waitUntil(() => !agent.sandboxes.has(a));
+  });
+
+  it("rejected by the agent: the same 409, paused again as it was", async () => {
+    const rejecting = new Set<string>();
+    const team = await quotaTeam({}, {}, { reject: (i) => (i.desired.state === "running" && rejecting.has(i.sandboxId) ? "the image is gone" : undefined) });
+    const agent = agents.at(-1)!;
+    const a = (await expectStatus(create(team), 201)).sandboxID as string;
+    await expectStatus(call(`/sandboxes/${a}/pause`, { key: team.key, body: {} }), 204);
+    const paused = agent.sandboxes.get(a)!;
+    rejecting.add(a);
+    await expectError(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 409, /failed to resume: IntentRejected \(the image is gone\); it is paused again/);
+    // The rejected resume (paused + 1) changed nothing there; the pause back is the next one.
+    await agent.waitUntil(() => agent.sandboxes.get(a)!.generation === paused.generation + 2);
+    expect(agent.sandboxes.get(a)).toMatchObject({ phase: "Paused", intent: { desired: paused.intent.desired } });
+    expect((await expectStatus(call(`/sandboxes/${a}`, { key: team.key }), 200)).state).toBe("paused");
+  });
+});
+
+describe("a resume that fails, and the team's other sandboxes", () => {
+  it("keeps the paused slot it resumes from: another pause meanwhile is refused, so the failed resume goes back to its own slot, never past pausedSandboxes", async () => {
+    // Review M1 of s35-resume: a resume gave its paused slot back at once, another pause took it,
+    // and the failed resume's forced rollback then made paused 2 of 1.
+    const { team, agent, failing, a, b, connecting, resumedAt } = await resumeHeld({ runningSandboxes: 2, pausedSandboxes: 1 }, true);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 1 });
+    await expectError(call(`/sandboxes/${b}/pause`, { key: team.key, body: { memory: false } }), 429, /has 1 of 1 paused sandboxes \(quota pausedSandboxes\)/);
+    agent.report({ sandboxId: a, generation: resumedAt, phase: "Failed", ready: false, reason: "ReadyCommandFailed", message: "x", observedAt: Date.now() });
+    await expectError(connecting, 409, /failed to resume: ReadyCommandFailed/);
+    await waitFor(async () => (await usage(team)).runningSandboxes === 1);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+    expect(await quotaOf(team.teamId).reconcile()).toEqual({ ok: true, released: [] });
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+    // A resume that succeeds gives the paused slot back before its connect is answered: B's pause fits.
+    failing.delete(a);
+    await expectStatus(call(`/v2/sandboxes/${a}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 0 });
+    await expectStatus(call(`/sandboxes/${b}/pause`, { key: team.key, body: { memory: false } }), 204);
+  });
+
+  it("traffic does not resume again a sandbox whose auto-resume failed: retried gateway requests get a 409 naming the failure, and no new resume; a connect still resumes it", async () => {
+    // Review M2 of s35-resume: every retried request started another resume and its pause back.
+    const rejecting = new Set<string>();
+    const team = await quotaTeam({}, {}, { reject: (i) => (i.desired.state === "running" && rejecting.has(i.sandboxId) ? "the image is gone" : undefined) });
+    const agent = agents.at(-1)!;
+    const sbx = await expectStatus(call("/v2/sandboxes", { key: team.key, body: { templateID: team.template, autoPause: true, autoResume: { enabled: true }, timeout: 300 } }), 201);
+    const id = sbx.sandboxID as string;
+    const gw = () => exports.default.fetch("http://edge.test/health", { headers: { "e2b-sandbox-id": id, "x-access-token": sbx.envdAccessToken } });
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
+    rejecting.add(id);
+    const g0 = agent.sandboxes.get(id)!.generation;
+    const first = await gw();
+    expect(first.status).toBe(409);
+    expect(first.headers.get("retry-after")).toBeNull();
+    expect(await first.json()).toEqual({ code: 409, message: `Sandbox "${id}" failed to resume: IntentRejected (the image is gone); it is paused again with its files kept, and a connect resumes it again once the cause is fixed` });
+    await agent.waitUntil(() => agent.sandboxes.get(id)!.generation === g0 + 2 && agent.sandboxes.get(id)!.phase === "Paused");
+    for (let i = 0; i < 4; i++) {
+      const again = await gw();
+      expect(again.status).toBe(409);
+      expect(again.headers.get("retry-after")).toBeNull();
+      expect(((await again.json()) as { message: string }).message).toBe(`Sandbox "${id}" is paused: its last resume failed: IntentRejected (the image is gone); traffic does not resume it again, a connect does (once the cause is fixed)`);
+    }
+    // One resume and its pause back, one Warning, nothing reserved for resumes that never started.
+    expect(agent.sandboxes.get(id)!.generation).toBe(g0 + 2);
+    const admin = await expectStatus(call(`/admin/sandboxes/${id}`), 200);
+    expect(admin.events.filter((e: { type: string; reason: string }) => e.type === "Warning" && e.reason === "IntentRejected")).toHaveLength(1);
+    expect(await usage(team)).toMatchObject({ runningSandboxes: 0, pausedSandboxes: 1 });
+    // A connect resumes it; once it ran again, traffic resumes it again after its next pause.
+    rejecting.delete(id);
+    await expectStatus(call(`/v2/sandboxes/${id}/connect`, { key: team.key, body: { timeout: 60 } }), 201);
+    await expectStatus(call(`/sandboxes/${id}/pause`, { key: team.key, body: {} }), 204);
+    const g1 = agent.sandboxes.get(id)!.generation;
+    const woken = await gw();
+    await woken.body?.cancel();
+    expect(woken.status).not.toBe(409);
+    expect(agent.sandboxes.get(id)!.generation).toBe(g1 + 1);
+    expect((await expectStatus(call(`/sandboxes/${id}`, { key: team.key }), 200)).state).toBe("running");
   });
 });
 

@@ -97,3 +97,49 @@ def test_update_network_replaces_the_rules(sbx):
 def test_update_network_refuses_bad_rules(sbx):
     with pytest.raises(SandboxException, match="not a valid IP address or CIDR block"):
         sbx.update_network({"deny_out": ["10.0.0.0/33"]})
+
+
+def _admin(method, path, body=None, key=None):
+    """The edge's HTTP API with the admin key (or `key`): the parsed JSON answer."""
+    import json
+    import os
+    import urllib.request
+
+    req = urllib.request.Request(
+        os.environ["E2B_API_URL"] + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"x-api-key": key or os.environ["E2B_API_KEY"], "content-type": "application/json"},
+    )
+    with urllib.request.urlopen(req) as res:
+        text = res.read()
+    return json.loads(text) if text else None
+
+
+def test_failed_resume_goes_back_to_paused(system):
+    """A resume whose ready command fails: connect raises with the reason (409), the sandbox is
+    paused again, and a later connect resumes it with its files (test/e2e/resume-failed.test.ts
+    does the same through the JS SDK)."""
+    team = "py-" + uuid.uuid4().hex[:12]
+    key = _admin("POST", "/api-keys", {"name": "failing", "teamName": team})["key"]
+    start = (
+        "if [ -e /home/user/fail-next ]; then mv /home/user/fail-next /home/user/fail; "
+        "else rm -f /home/user/fail; fi; touch /dev/shm/started; exec sleep 100000"
+    )
+    ready = "test -e /dev/shm/started && test ! -e /home/user/fail"
+    _admin("PUT", f"/admin/teams/{team}/templates/{team}-ready", {"spec": {"replicas": 0, "memoryMB": 256, "startCmd": start, "readyCmd": ready}})
+    s = Sandbox.create(f"{team}-ready", api_key=key, timeout=3600)
+    try:
+        s.files.write("/home/user/work.txt", "before the pause")
+        s.files.write("/home/user/fail-next", "x")
+        assert s.pause(mode="filesystem")
+        with pytest.raises(SandboxException) as exc:
+            Sandbox.connect(s.sandbox_id, api_key=key)
+        assert str(exc.value).startswith("409: ")
+        assert "failed to resume: ReadyCommandFailed" in str(exc.value)
+        assert "it is paused again with its files kept" in str(exc.value)
+        assert Sandbox.get_info(s.sandbox_id, api_key=key).state == SandboxState.PAUSED
+        back = Sandbox.connect(s.sandbox_id, api_key=key)
+        assert back.files.read("/home/user/work.txt") == "before the pause"
+    finally:
+        Sandbox.kill(s.sandbox_id, api_key=key)

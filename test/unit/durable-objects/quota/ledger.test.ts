@@ -5,7 +5,7 @@ import { holds, Ledger, overMessage, RECONCILE_GRACE_MS, reheld, stale } from ".
 import { quotaDefaults, type QuotaLimits } from "../../../../schema/api/quota.ts";
 
 const NONE: QuotaLimits = { runningSandboxes: null, vcpus: null, memoryMB: null, createsPerMinute: null, pausedSandboxes: null, snapshots: null };
-const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean; paused: "frozen" | "stopped" }> = {}) => ({
+const req = (key: string, generation = 1, extra: Partial<{ cpu: number; memoryMB: number; create: boolean; force: boolean; paused: "frozen" | "stopped" | "resuming" }> = {}) => ({
   key,
   generation,
   cpu: 1,
@@ -69,7 +69,7 @@ describe("quota ledger", () => {
     expect(stale(r, { known: true, counted: false, generation: 4 }, RECONCILE_GRACE_MS)).toBe(true);
     expect(stale(r, { known: false }, 1)).toBe(false);
     expect(stale(r, { known: false }, RECONCILE_GRACE_MS)).toBe(true);
-    expect(["Pending", "Running", "Resuming"].map((p) => holds(p, "Freeze"))).toEqual(["running", "running", "running"]);
+    expect(["Pending", "Running", "Resuming"].map((p) => holds(p, "Freeze"))).toEqual(["running", "running", "resuming"]);
     expect(["Pausing", "Paused"].map((p) => holds(p, "Freeze"))).toEqual(["frozen", "frozen"]);
     expect(["Pausing", "Paused", "Terminating", null].map((p) => holds(p, "Stop"))).toEqual(["stopped", "stopped", null, null]);
     // A Failed sandbox keeps its host side until it is killed: it holds what a running one does.
@@ -136,6 +136,36 @@ describe("quota ledger", () => {
     expect(l.reserve(req("b", 3, { create: false }), two, 0).ok).toBe(true);
     expect(l.release("a", 2)).toBe(true);
     expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1, memoryMB: 512 });
+  });
+
+  it("a resume keeps the paused slot it resumes from until it ends: a failed one goes back to it, not past pausedSandboxes", () => {
+    // Review M1 (rv35-resume): driven as quota-link drives it. Running 2, paused 1.
+    const l = new Ledger();
+    const limits = { ...NONE, runningSandboxes: 2, pausedSandboxes: 1 };
+    expect(l.reserve(req("A", 1), limits, 0).ok).toBe(true);
+    expect(l.reserve(req("B", 1), limits, 0).ok).toBe(true);
+    expect(l.reserve(req("A", 2, { create: false, paused: "stopped" }), limits, 0).ok).toBe(true);
+    // A resumes (beforeResume, gen 3): running and still its paused slot.
+    expect(l.reserve(req("A", 3, { create: false, paused: "resuming" }), limits, 0).ok).toBe(true);
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 1 });
+    // B's pause meanwhile is refused: A's slot is not free.
+    expect(l.reserve(req("B", 2, { create: false, paused: "stopped" }), limits, 0)).toEqual({ ok: false, over: { name: "pausedSandboxes", used: 1, limit: 1 } });
+    // A's resume fails: the rollback (quota-link.follow, forced) at gen 4 goes back to its own slot.
+    expect(l.reserve(req("A", 4, { create: false, force: true, paused: "stopped" }), limits, 0).ok).toBe(true);
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 1, pausedSandboxes: 1 });
+    // A resume that succeeds: the sandbox observed Running at the resume's own generation gives the
+    // paused slot back (a shrink at an equal generation); a repeat of the resume's reserve there does not take it again.
+    expect(l.reserve(req("A", 5, { create: false, paused: "resuming" }), { ...limits, runningSandboxes: 3 }, 0).ok).toBe(true);
+    expect(l.reserve(req("A", 5, { create: false, force: true }), limits, 0)).toMatchObject({ ok: true, changed: { generation: 5 } });
+    expect(l.reservations.get("A")?.paused).toBeUndefined();
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 0 });
+    expect(l.reserve(req("A", 5, { create: false, force: true, paused: "resuming" }), limits, 0)).toEqual({ ok: true, changed: null });
+    expect(l.usage(0)).toMatchObject({ runningSandboxes: 2, pausedSandboxes: 0 });
+    // The reconcile: a resuming reservation is what a Resuming sandbox holds; once it runs at that
+    // generation (its shrink lost), the reconcile turns it into a running one.
+    const resuming = { cpu: 1, memoryMB: 1, generation: 5, at: 0, paused: "resuming" as const };
+    expect(reheld(resuming, { known: true, counted: true, paused: "resuming", generation: 5 }, RECONCILE_GRACE_MS)).toBe(false);
+    expect(reheld(resuming, { known: true, counted: true, generation: 5 }, 1)).toBe(true);
   });
 
   it("reads defaults from the vars: unset is no limit, a malformed one throws", () => {

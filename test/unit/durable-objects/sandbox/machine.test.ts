@@ -5,6 +5,7 @@ import type { SandboxEvent } from "../../../../durable-objects/sandbox/events.ts
 import { restarting, type SandboxSpec, type SandboxState } from "../../../../durable-objects/sandbox/state.ts";
 import type { Observation } from "../../../../schema/protocol/index.ts";
 import { indexRow, routeInfo, sandboxInfo } from "../../../../durable-objects/sandbox/info.ts";
+import { held } from "../../../../durable-objects/sandbox/quota-link.ts";
 import { TOMBSTONE_PHASE } from "../../../../durable-objects/store/sandbox-index.ts";
 
 const T0 = 1_800_000_000_000;
@@ -98,6 +99,8 @@ const rows: Row[] = [
   { name: "wake on a running sandbox is a no-op", from: at("Running"), ev: { type: "wake" }, phase: "Running", effects: [], result: { ok: true, resumed: false } },
   { name: "wake on a paused sandbox without autoResume is refused", from: at("Paused", { desired: "paused" }), ev: { type: "wake" }, phase: "Paused", effects: [], result: { ok: false, code: "conflict" } },
   { name: "wake resumes a frozen sandbox with autoResume", from: at("Paused", { desired: "paused" }, { lifecycle: { onTimeout: "pause", autoResume: true, timeoutPauseStrategy: "Freeze" } }), ev: { type: "wake" }, phase: "Resuming", effects: ["intent:running:3", "index"], result: { ok: true, resumed: true } },
+  { name: "wake does not resume a sandbox whose last resume failed (a connect does): no retry loop from traffic", from: at("Paused", { desired: "paused", resumeFailure: { generation: 2, reason: "ReadyCommandFailed", message: "boom", at: T0 } }, { lifecycle: { onTimeout: "pause", autoResume: true, timeoutPauseStrategy: "Freeze" } }), ev: { type: "wake" }, phase: "Paused", effects: [], result: { ok: false, code: "sandbox_resume_failed" } },
+  { name: "connect still resumes a sandbox whose last resume failed", from: at("Paused", { desired: "paused", resumeFailure: { generation: 2, reason: "ReadyCommandFailed", message: "boom", at: T0 } }, { lifecycle: { onTimeout: "pause", autoResume: true, timeoutPauseStrategy: "Freeze" } }), ev: { type: "connect", timeoutS: 60 }, phase: "Resuming", effects: ["intent:running:3", "index"], result: { ok: true, resumed: true } },
   { name: "wake refuses a sandbox paused without memory", from: at("Paused", { desired: "paused", pauseStrategy: "Stop" }, { lifecycle: { onTimeout: "pause", autoResume: true, timeoutPauseStrategy: "Freeze" } }), ev: { type: "wake" }, phase: "Paused", effects: [], result: { ok: false, code: "conflict" } },
   { name: "alarm at end of life kills (onTimeout kill)", from: at("Running"), ev: { type: "alarm" }, now: T0 + 300 * S, phase: "Terminating", effects: ["intent:deleted:3", "index"] },
   { name: "alarm at end of life pauses (onTimeout pause) with the lifecycle strategy", from: at("Running", {}, { lifecycle: { onTimeout: "pause", autoResume: false, timeoutPauseStrategy: "Stop" } }), ev: { type: "alarm" }, now: T0 + 300 * S, phase: "Pausing", state: { pauseStrategy: "Stop" }, effects: ["intent:paused:3", "index"] },
@@ -192,24 +195,79 @@ describe("sandbox machine", () => {
     expect(failed(upgrading, T0 + 10 * S)).toMatchObject({ phase: "Failed", endAt: hour });
   });
 
-  it("a resume that fails keeps the paused disk to the sandbox's own timeout (never-timeout: until killed), counted; one whose host side is gone gets the grace", () => {
+  it("a resume the agent fails goes back to paused as it was paused (the next generation, its files kept), its reason kept; a later connect resumes it again", () => {
+    const hour = T0 + 3600 * S;
+    const failedObs = (from: SandboxState, reason = "ReadyCommandFailed", message = "the template's ready command did not pass within 8 s"): SandboxEvent => ({
+      type: "observe",
+      obs: { ...(obs("Failed", from.generation) as { obs: Observation }).obs, reason, message },
+    });
+    for (const strategy of ["Stop", "Freeze"] as const) {
+      const paused = at("Paused", { desired: "paused", pauseStrategy: strategy, endAt: hour, generation: 3 }, { pausedRetentionMs: 7200 * S });
+      const resuming = transition(paused, { type: "connect", timeoutS: 300 }, T0 + S).state!;
+      expect(resuming).toMatchObject({ phase: "Resuming", generation: 4, retainUntil: null });
+      const t = transition(resuming, failedObs(resuming), T0 + 10 * S);
+      // A pause of the same strategy, one generation on, retained from now as any pause.
+      expect(describeEffects(t.effects)).toEqual(["intent:paused:5", "index"]);
+      const intent = t.effects.find((e) => e.kind === "intent") as Extract<(typeof t.effects)[number], { kind: "intent" }>;
+      expect(intent.intent.desired).toEqual({ state: "paused", pauseStrategy: strategy });
+      const back = t.state!;
+      expect(back).toMatchObject({ phase: "Pausing", desired: "paused", pauseStrategy: strategy, generation: 5, retainUntil: T0 + 10 * S + 7200 * S, resumeFailure: { generation: 4, reason: "ReadyCommandFailed", message: "the template's ready command did not pass within 8 s", at: T0 + 10 * S } });
+      expect(back.conditions).toContainEqual(expect.objectContaining({ type: "SandboxResumed", status: "False", reason: "ResumeFailed", message: "ReadyCommandFailed: the template's ready command did not pass within 8 s" }));
+      expect(back.events?.at(-1)).toMatchObject({ type: "Warning", reason: "ReadyCommandFailed", message: `failed to resume: the template's ready command did not pass within 8 s; paused again (${strategy}), its files kept: connect resumes it again` });
+      // E2B sees it paused throughout (never the 404 of a Failed one), and it holds a paused slot,
+      // not a running one.
+      expect(sandboxInfo(back).state).toBe("paused");
+      expect(held(back)).toBe(strategy === "Stop" ? "stopped" : "frozen");
+      expect(dueAt(back)).toBe(T0 + 10 * S + 7200 * S);
+      // The agent's report of the pause: Paused, the reason still on SandboxResumed.
+      const rested = transition(back, obs("Paused", 5, false), T0 + 11 * S).state!;
+      expect(rested).toMatchObject({ phase: "Paused", resumeFailure: { generation: 4 } });
+      expect(rested.conditions).toContainEqual(expect.objectContaining({ type: "SandboxResumed", status: "False", reason: "ResumeFailed" }));
+      expect(rested.conditions).toContainEqual(expect.objectContaining({ type: "Ready", status: "False", reason: "Paused" }));
+      // Resumable again; a resume that succeeds forgets the failure.
+      const again = transition(rested, { type: "connect", timeoutS: 300 }, T0 + 20 * S);
+      expect(again.result).toMatchObject({ ok: true, resumed: true });
+      expect(describeEffects(again.effects)).toEqual(["intent:running:6", "index"]);
+      const up = transition(again.state!, obs("Running", 6), T0 + 21 * S).state!;
+      expect(up.phase).toBe("Running");
+      expect(up.resumeFailure).toBeUndefined();
+      expect(up.conditions).toContainEqual(expect.objectContaining({ type: "SandboxResumed", status: "True", reason: "ResumePod" }));
+      // A kill by id still deletes it.
+      expect(transition(rested, { type: "kill" }, T0 + 30 * S).state).toMatchObject({ phase: "Terminating", desired: "deleted" });
+    }
+    // A rejected resume intent: the same, with IntentRejected.
+    const resuming = at("Resuming", { endAt: hour, pauseStrategy: "Stop" });
+    const rejected = transition(resuming, { type: "ack", generation: 2, result: "rejected", message: "bad" }, T0 + 10 * S);
+    expect(describeEffects(rejected.effects)).toEqual(["intent:paused:3", "index"]);
+    expect(rejected.state).toMatchObject({ phase: "Pausing", resumeFailure: { generation: 2, reason: "IntentRejected", message: "bad" } });
+    // An old failure report (the resume's generation) after the pause back changes nothing.
+    expect(transition(rejected.state!, failedObs(resuming), T0 + 11 * S).state).toBe(rejected.state);
+  });
+
+  it("a failed resume that cannot go back to paused: gone from its cluster (the grace), an upgrade under way (its ops run retries), or a pause back that fails too (kept to its timeout)", () => {
     const hour = T0 + 3600 * S;
     const reported = (from: SandboxState, phase: "Failed" | "Deleted", now: number) => transition(from, { type: "observe", obs: { ...(obs(phase, from.generation) as { obs: Observation }).obs, reason: "ImageNotFound", message: "no image" } }, now).state!;
-    const s = reported(at("Resuming", { endAt: hour }), "Failed", T0 + 10 * S);
-    expect(s).toMatchObject({ phase: "Failed", endAt: hour });
-    expect(s.events?.at(-1)).toMatchObject({ type: "Warning", reason: "ImageNotFound", message: `failed to resume: no image; its paused disk is kept until ${new Date(hour).toISOString()} (its timeout), counted against the team quota as a running sandbox; kill it by id to free it` });
-    // Not killed when the grace would have ended; at its own end, as any Failed one.
-    expect(transition(s, { type: "alarm" }, T0 + 10 * S + FAILED_RETAIN_MS).state!.phase).toBe("Failed");
-    expect(transition(s, { type: "alarm" }, hour).state).toMatchObject({ phase: "Terminating", desired: "deleted" });
-    const never = reported(at("Resuming", { endAt: null }, { neverTimeout: true }), "Failed", T0 + 10 * S);
-    expect(never).toMatchObject({ phase: "Failed", endAt: null });
-    expect(dueAt(never)).toBe(null);
-    expect(never.events?.at(-1)?.message).toMatch(/kept until it is killed \(never-timeout\)/);
-    // A rejected resume intent: the same.
-    const rejected = transition(at("Resuming", { endAt: hour }), { type: "ack", generation: 2, result: "rejected", message: "bad" }, T0 + 10 * S).state!;
-    expect(rejected).toMatchObject({ phase: "Failed", endAt: hour });
     // Gone from its cluster while resuming: nothing left to keep.
     expect(reported(at("Resuming", { endAt: hour }), "Deleted", T0 + 10 * S)).toMatchObject({ phase: "Failed", endAt: T0 + 10 * S + FAILED_RETAIN_MS });
+    // An upgrade under way: Failed, for its update ops run's next attempt.
+    const upgrading = at("Resuming", { generation: 3, endAt: hour, upgrade: { revision: "r2", attempt: 1, generation: 3, paused: true, done: false } });
+    const up = reported(upgrading, "Failed", T0 + 10 * S);
+    expect(up).toMatchObject({ phase: "Failed", endAt: hour });
+    expect(up.conditions).toContainEqual(expect.objectContaining({ type: "Upgrading", reason: "UpgradePodFailed" }));
+    // The pause back fails too: its paused disk is kept to its own timeout (never-timeout: until
+    // killed), counted, never the 10-min kill of other failures.
+    const back = transition(at("Resuming", { endAt: hour }), { type: "observe", obs: { ...(obs("Failed", 2) as { obs: Observation }).obs, reason: "ReadyCommandFailed" } }, T0 + 5 * S).state!;
+    const s = reported(back, "Failed", T0 + 10 * S);
+    expect(s).toMatchObject({ phase: "Failed", endAt: hour });
+    expect(s.events?.at(-1)).toMatchObject({ type: "Warning", reason: "ImageNotFound", message: `failed to pause again after its resume failed: no image; its paused disk is kept until ${new Date(hour).toISOString()} (its timeout), counted against the team quota as a running sandbox; kill it by id to free it` });
+    expect(transition(s, { type: "alarm" }, T0 + 10 * S + FAILED_RETAIN_MS).state!.phase).toBe("Failed");
+    expect(transition(s, { type: "alarm" }, hour).state).toMatchObject({ phase: "Terminating", desired: "deleted" });
+    const neverBack = transition(at("Resuming", { endAt: null }, { neverTimeout: true }), { type: "ack", generation: 2, result: "rejected", message: "bad" }, T0 + 5 * S).state!;
+    const never = reported(neverBack, "Failed", T0 + 10 * S);
+    expect(never).toMatchObject({ phase: "Failed", endAt: null });
+    expect(dueAt(never)).toBe(null);
+    // A pause of a sandbox that did not fail resuming, failing: the grace, as before.
+    expect(reported(at("Pausing", { endAt: hour }), "Failed", T0 + 10 * S)).toMatchObject({ phase: "Failed", endAt: T0 + 10 * S + FAILED_RETAIN_MS });
   });
 
   it("a failure the agent retries is a Ready=False reason, never Failed; Ready or Paused replaces it", () => {
