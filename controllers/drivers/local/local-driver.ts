@@ -30,7 +30,7 @@ import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
-import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
+import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, volatileDir, type SandboxLayout } from "./layout.ts";
 import { caEnv, caInstallScript } from "./egress-l7.ts";
 import { removeTree } from "./remove-tree.ts";
 import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountAndRemoveSandbox, unmountRoot, unmountSandbox, writeIdentity } from "./root-overlay.ts";
@@ -313,6 +313,7 @@ export class LocalDriver implements Driver {
       // Not unmounted when it was moved there (still busy then): never delete through a mount.
       unmountDiskSync(join(dir, "root"));
       unmountUnderSync(join(dir, "layers"));
+      unmountDiskSync(volatileDir(dir));
       unmountDiskSync(join(dir, "disk"));
     }
     if (trash.length) this.#emptyTrash(trash);
@@ -823,7 +824,8 @@ export class LocalDriver implements Driver {
     // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
     // let go once the holder has joined it.
     const userns: { open?: OpenUserns } = {};
-    const openNs = async (mounts: IdmapMount[], overlay?: OverlayMount) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log, overlay));
+    // With the namespace, the tmpfs of its /dev/shm and /run (layout.ts volatileBinds), fresh.
+    const openNs = async (mounts: IdmapMount[], overlay?: OverlayMount) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log, overlay, layout.volatile));
     try {
       if (rec.root) {
         await this.#mountRoot(rec, layout, range, range && openNs);
@@ -879,7 +881,7 @@ export class LocalDriver implements Driver {
     const attach = address ? async (nsInit: ProcRef) => void this.#tabled.add((veth = await this.#net!.attach(nsInit, address, this.#relay))) : undefined;
     const bwrapArgs = ns
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
-         "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
+         "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged, userns && layout.volatile) : bwrapMountArgs(layout, userns && layout.volatile))]
       : undefined;
     // Its exit (heard by the spawner, its parent) tells of its pid 1's end; one heard before the
     // pid 1 is watched below is kept for then.

@@ -74,12 +74,18 @@ export const directLauncher: UsernsLauncher = {
 };
 
 /** Makes the namespace of `range` (and the ID-mapped mounts asked for, then the overlay on them)
- * through `userns.pl`, forked by `spawner`. */
-export async function openUserns(spawner: UsernsLauncher, range: IdRange, mounts: IdmapMount[], log: string, overlay?: OverlayMount): Promise<OpenUserns> {
+ * through `userns.pl`, forked by `spawner`. With `volatile` (a directory the driver made), a fresh
+ * tmpfs of the host's is mounted there with `shm` and `run` for the holder to bind
+ * (layout.ts `volatileBinds`). */
+export async function openUserns(spawner: UsernsLauncher, range: IdRange, mounts: IdmapMount[], log: string, overlay?: OverlayMount, volatile?: string): Promise<OpenUserns> {
   const nr = syscallNumbers();
   for (const m of mounts) mkdirSync(m.target, { recursive: true });
   const args = [USERNS_SCRIPT, String(range.base), String(range.size), String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount), ...mounts.flatMap((m) => [m.source, m.target])];
   if (overlay) args.push("overlay", String(nr.mount), overlay.dir, overlay.options, overlay.merged);
+  if (volatile) {
+    mkdirSync(volatile, { recursive: true, mode: 0o700 });
+    args.push("volatile", String(nr.mount), String(nr.umount2), volatile);
+  }
   const child = await spawner.spawn({ file: PERL, args, cwd: "/", env: helperEnv() }, { detached: false, stdio: ["pipe", "pipe", { append: log }] });
   const [stdin, stdout] = [child.pipes.get(0)!, child.pipes.get(1)!];
   stdin.on("error", () => {});
