@@ -90,6 +90,28 @@ describe("files in /dev/shm and /run", { timeout: 60_000 }, () => {
     expect(existsSync(`/etc/probe2-${tag}`)).toBe(false);
   });
 
+  it("a directory swapped for a link to /etc while files are written there: never the host's /etc", async () => {
+    const tag = uniqueTag();
+    const swapper = await sbx.commands.run("cd /dev/shm && while :; do mkdir -p sw; rmdir sw 2>/dev/null; ln -sfn /etc sw; rm -f sw; done", { user: "root", background: true });
+    try {
+      for (let i = 0; i < 40; i++) await sbx.files.write(`/dev/shm/sw/race-${tag}`, "r", { user: "root" }).catch(() => {});
+    } finally {
+      await sbx.commands.kill(swapper.pid);
+    }
+    expect(existsSync(`/etc/race-${tag}`)).toBe(false);
+  });
+
+  it("hostile names there are a 4xx, not a 500: NUL, 4 KiB, `..` stays inside", async () => {
+    for (const path of ["/dev/shm/a\u0000b", `/dev/shm/${"n".repeat(4096)}`, `/run/${"n".repeat(300)}`]) {
+      const err = await sbx.files.write(path, "x", { user: "root" }).catch((e: unknown) => e as Error);
+      expect((err as Error).message, path.slice(0, 20)).toMatch(/^4\d\d: /);
+    }
+    const tag = uniqueTag();
+    await sbx.files.write(`/dev/shm/../../run/../../../../etc/dots-${tag}`, "d", { user: "root" });
+    expect(await asRoot(`cat /etc/dots-${tag}`)).toBe("d");
+    expect(existsSync(`/etc/dots-${tag}`)).toBe(false);
+  });
+
   it("/dev itself (bwrap's own, in the sandbox's namespace): a create is refused clearly, not a 500", async () => {
     const err = await sbx.files.write("/dev/made-by-files", "x", { user: "root" }).catch((e: unknown) => e as Error);
     expect(err).toBeInstanceOf(Error);
