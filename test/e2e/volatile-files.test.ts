@@ -4,7 +4,7 @@
 // volatileBinds). Real e2b JS SDK against the whole local system; the test runs on the host, so it
 // also checks that links the tenant plants there lead to the sandbox's files, not the host's.
 import { existsSync, readFileSync } from "node:fs";
-import { FileType, Sandbox } from "e2b";
+import { FileType, NotEnoughSpaceError, Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { e2b, uniqueTag } from "./sdk.ts";
 
@@ -118,6 +118,37 @@ describe("files in /dev/shm and /run", { timeout: 60_000 }, () => {
     expect((err as Error).message).toMatch(/^403: .*create it with a command/);
     const dirErr = await sbx.files.makeDir("/dev/dir-by-files", { user: "root" }).catch((e: unknown) => e as Error);
     expect((dirErr as Error).message).toMatch(/create it with a command/);
+  });
+});
+
+describe("the size of /dev/shm and /run", { timeout: 180_000 }, () => {
+  // The files API writes there as the shared runtime, whose pages no sandbox's memory cgroup is
+  // charged for: only the tmpfs's own size bounds them (userns.ts volatileBounds, half the
+  // sandbox's memory). Without it, 1 GiB went into a 512 MB sandbox, up to half the host's memory.
+  it("a files.write past half the sandbox's memory is 507 not enough space (NotEnoughSpaceError); freed, it takes writes again", async () => {
+    const s = await Sandbox.create(e2b());
+    try {
+      const root = { user: "root" as const };
+      // 512 MB, the default: 256 MiB for /dev/shm and /run together, as a command sees too.
+      const sizes = (await s.commands.run("df -m --output=size /dev/shm /run | tail -2", root)).stdout;
+      expect(sizes.split("\n").map((l) => l.trim())).toEqual(["256", "256", ""]);
+      const chunk = new Blob([Buffer.alloc(64 * 2 ** 20, 0x61)]);
+      let refused: unknown;
+      let written = 0;
+      for (let i = 0; i < 6 && !refused; i++) {
+        await s.files.write(`/dev/shm/big${i}`, chunk, root).then(() => (written += 64), (e: unknown) => (refused = e));
+      }
+      expect(refused).toBeInstanceOf(NotEnoughSpaceError);
+      expect((refused as Error).message).toBe("not enough disk space available");
+      expect(written).toBeLessThanOrEqual(256);
+      expect(Number((await s.commands.run("du -sm /dev/shm | cut -f1", root)).stdout)).toBeLessThanOrEqual(256);
+      // Freed, it takes writes again; the sandbox is still usable.
+      await s.commands.run("rm -f /dev/shm/big*", root);
+      await s.files.write("/dev/shm/after", "ok", root);
+      expect(await s.files.read("/dev/shm/after", root)).toBe("ok");
+    } finally {
+      await s.kill().catch(() => false);
+    }
   });
 });
 

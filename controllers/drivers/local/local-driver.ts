@@ -49,7 +49,7 @@ import { IN_PROCESS, Spawner } from "./spawner.ts";
 import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
+import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, volatileBounds, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
 
 export interface LocalDriverOptions {
   /** Where sandboxes (records, layers) and snapshots live. */
@@ -825,7 +825,8 @@ export class LocalDriver implements Driver {
     // let go once the holder has joined it.
     const userns: { open?: OpenUserns } = {};
     // With the namespace, the tmpfs of its /dev/shm and /run (layout.ts volatileBinds), fresh.
-    const openNs = async (mounts: IdmapMount[], overlay?: OverlayMount) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log, overlay, layout.volatile));
+    const volatile = { dir: layout.volatile, ...volatileBounds(rec.desired.resources.memoryMB) };
+    const openNs = async (mounts: IdmapMount[], overlay?: OverlayMount) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log, overlay, volatile));
     try {
       if (rec.root) {
         await this.#mountRoot(rec, layout, range, range && openNs);

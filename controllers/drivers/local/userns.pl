@@ -3,7 +3,7 @@
 # host, and ID-mapped mounts through it. Usage (built by userns.ts):
 #   userns.pl <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
 #             [<source dir> <target dir>]... [overlay <mount nr> <dir> <options> <merged dir>]
-#             [volatile <mount nr> <umount2 nr> <dir>]
+#             [volatile <mount nr> <umount2 nr> <dir> <size MiB> <inodes>]
 #   userns.pl reverse <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
 #             <source dir> <target dir>...
 #
@@ -16,7 +16,7 @@
 # <options> (lowerdir=layers/0,...), whose relative paths are resolved from <dir>, the sandbox's
 # directory. The same mount(2) `mount -t overlay` makes, without a process of its own per create
 # (an exec of mount(8) and a spawn through the spawner: ~2 ms of the spawner's and agent's CPU).
-# With `volatile`, it mounts a fresh tmpfs at <dir> (nosuid, nodev; one a previous holder had there
+# With `volatile`, it mounts a fresh tmpfs of <size MiB> and <inodes> at <dir> (nosuid, nodev; one
 # is detached first: its files go as a reboot's /run and /dev/shm do) holding `shm` (1777) and
 # `run` (0755) owned by <base>, which bwrap binds at the sandbox's /dev/shm and /run. Mounted here,
 # in the host's user namespace, not by bwrap inside the sandbox's: the kernel refuses a create
@@ -49,8 +49,9 @@ sub main {
   my ($vat) = grep { $pairs[$_] eq 'volatile' } 0 .. $#pairs;
   my @volatile = defined $vat ? splice(@pairs, $vat) : ();
   if (@volatile) {
-    my (undef, $mount_nr, $umount_nr, $vdir) = @volatile;
-    fail('bad arguments') unless @volatile == 4 && $mount_nr =~ /\A\d+\z/ && $umount_nr =~ /\A\d+\z/ && $vdir =~ m{\A/[^\n]*\z};
+    my (undef, $mount_nr, $umount_nr, $vdir, $size, $inodes) = @volatile;
+    fail('bad arguments') unless @volatile == 6 && $mount_nr =~ /\A\d+\z/ && $umount_nr =~ /\A\d+\z/ && $vdir =~ m{\A/[^\n]*\z}
+      && $size =~ /\A[1-9]\d{0,8}\z/ && $inodes =~ /\A[1-9]\d{0,9}\z/;
   }
   my ($at) = grep { $pairs[$_] eq 'overlay' } 0 .. $#pairs;
   my @overlay = defined $at ? splice(@pairs, $at) : ();
@@ -121,10 +122,12 @@ sub main {
     chdir('/') or fail("chdir /: $!");
   }
   if (@volatile) {
-    my (undef, $mount_nr, $umount_nr, $vdir) = @volatile;
+    my (undef, $mount_nr, $umount_nr, $vdir, $size, $inodes) = @volatile;
     # MNT_DETACH, until nothing is mounted there (EINVAL)
     for (1 .. 8) { last if syscall($umount_nr, $vdir, 2) != 0; }
-    my ($source, $type, $options) = ('tmpfs', 'tmpfs', "mode=0710,uid=0,gid=$base");
+    # Bounded: the files API writes here as the shared runtime, charged to no sandbox's memory
+    # cgroup (userns.ts volatileBounds).
+    my ($source, $type, $options) = ('tmpfs', 'tmpfs', "mode=0710,uid=0,gid=$base,size=${size}m,nr_inodes=$inodes");
     # MS_NOSUID | MS_NODEV, as bwrap's own tmpfs were: the agent opens paths here as the host's root.
     syscall($mount_nr, $source, $vdir, $type, 2 | 4, $options) == 0 or fail("mount tmpfs at $vdir: $!");
     for ([shm => 01777], [run => 0755]) {

@@ -26,6 +26,13 @@ const mountsAt = (dir: string) =>
     .map((l) => ({ at: l.split(" ")[4]!, options: l.split(" ")[5]!, type: l.split(" - ")[1]?.split(" ")[0] }))
     .filter((m) => m.at === dir || m.at.startsWith(`${dir}/`));
 
+/** The super block options (`size=`, `nr_inodes=`) of the mount at `dir`. */
+const superOptions = (dir: string) =>
+  readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .filter((l) => l.split(" ")[4] === dir)
+    .flatMap((l) => l.split(" - ")[1]!.split(" ")[2]!.split(","));
+
 afterAll(() => destroyAll(driver, dataDir));
 
 describe("/dev/shm and /run of a sandbox with a user namespace", { timeout: 90_000 }, () => {
@@ -36,6 +43,10 @@ describe("/dev/shm and /run of a sandbox with a user namespace", { timeout: 90_0
     const [m] = mountsAt(layout.volatile);
     expect(m).toMatchObject({ at: layout.volatile, type: "tmpfs" });
     expect(m!.options.split(",")).toEqual(expect.arrayContaining(["nosuid", "nodev"]));
+    // Bounded by the sandbox's memory (half, userns.ts volatileBounds), not tmpfs's default of
+    // half the host's: the files API's writes there are charged to no sandbox's memory cgroup.
+    const half = d.resources.memoryMB / 2;
+    expect(superOptions(layout.volatile)).toEqual(expect.arrayContaining([`size=${half * 1024}k`, `nr_inodes=${half * 64}`]));
     const top = statSync(layout.volatile);
     expect([top.mode & 0o7777, top.uid]).toEqual([0o710, 0]);
     // The group is the range's first gid: the sandbox's root as the host sees it, never host root.
