@@ -1271,6 +1271,9 @@ export class LocalDriver implements Driver {
       const stopped: SandboxRecord = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(stopped);
       if (rec.root) await unmountRoot(this.#spawner, layout.merged);
+      // Stopped, as a Stop pause leaves it: the old /dev/shm and /run go too, not kept in memory
+      // until the start after (which would detach them) or kept for good if that start fails.
+      await unmountDisk(this.#spawner, layout.volatile);
       await fill();
       return stopped;
     }
