@@ -65,6 +65,8 @@ export interface SandboxLayout {
   work: string;
   /** The sandbox's `/` is its overlay (`merged`), not a view of the host. */
   rooted: boolean;
+  /** Where a sandbox with a user namespace has the tmpfs of its /dev/shm and /run (volatileBinds). */
+  volatile: string;
 }
 
 export function layoutFor(dataDir: string, id: string, onDisk = false, rooted = false): SandboxLayout {
@@ -74,6 +76,7 @@ export function layoutFor(dataDir: string, id: string, onDisk = false, rooted = 
   const upper = join(files, "upper");
   return {
     merged: join(dir, "root"),
+    volatile: volatileDir(dir),
     upper,
     work: join(files, "work"),
     rooted,
@@ -233,8 +236,27 @@ function isLink(p: string): boolean {
   }
 }
 
-/** bubblewrap arguments that build the sandbox's root view from the layout. */
-export function bwrapMountArgs(layout: SandboxLayout): string[] {
+/** The mount point of a sandbox's /dev/shm and /run tmpfs, in its directory `dir`. */
+export function volatileDir(dir: string): string {
+  return join(dir, "volatile");
+}
+
+/** bubblewrap arguments for the sandbox's /dev/shm and /run (after its /dev). Without `volatile`,
+ * tmpfs bwrap mounts; they belong to the user namespace bwrap runs in, which is the host's when the
+ * sandbox has none. With one (a sandbox with a user namespace), the `shm` and `run` of the tmpfs
+ * userns.pl mounted at `volatile` in the host's user namespace: the kernel lets nobody create in a
+ * file system whose user namespace does not map their fsuid (EOVERFLOW), and the files API creates
+ * as the host's root, which the sandbox's namespace does not map. Inside, the two behave as
+ * bwrap's did (modes 1777 and 0755, the sandbox's root's, nosuid, nodev, gone with the holder). */
+export function volatileBinds(volatile?: string): string[] {
+  if (volatile) return ["--bind", join(volatile, "shm"), "/dev/shm", "--bind", join(volatile, "run"), "/run"];
+  // Shared memory (Python multiprocessing, Chromium) must be writable by `user`.
+  return ["--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "0755", "--tmpfs", "/run"];
+}
+
+/** bubblewrap arguments that build the sandbox's root view from the layout (`volatile`: see
+ * volatileBinds). */
+export function bwrapMountArgs(layout: SandboxLayout, volatile?: string): string[] {
   const args: string[] = [];
   for (const e of baseEntries()) {
     if (e.link) args.push("--symlink", e.link, `/${e.name}`);
@@ -250,10 +272,8 @@ export function bwrapMountArgs(layout: SandboxLayout): string[] {
     "--bind", join(layout.layer, "tmp"), "/tmp",
     "--proc", "/proc",
     "--dev", "/dev",
-    // Shared memory (Python multiprocessing, Chromium) must be writable by `user`.
-    "--perms", "1777", "--tmpfs", "/dev/shm",
-    // Needed before anything is bound below /run (toolchain.md §10.21).
-    "--tmpfs", "/run",
+    // /run is needed before anything is bound below it (toolchain.md §10.21).
+    ...volatileBinds(volatile),
     // bwrap's own root is a tmpfs: read-only, so that nothing (the runtime writing through
     // /proc/<holder>/root included) puts files outside the layer, in memory nobody accounts for.
     "--remount-ro", "/",

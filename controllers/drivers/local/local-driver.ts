@@ -30,7 +30,7 @@ import type { NetworkAuditRecord } from "../../../schema/api/network-audit.ts";
 import { mountDisk, unmountDisk, unmountDiskSync } from "./disk.ts";
 import { SpareDisks } from "./spare-disks.ts";
 import { LocalSnapshots } from "./snapshots.ts";
-import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, type SandboxLayout } from "./layout.ts";
+import { bwrapMountArgs, layoutFor, mountsFor, prepareLayout, USERS, volatileDir, type SandboxLayout } from "./layout.ts";
 import { caEnv, caInstallScript } from "./egress-l7.ts";
 import { removeTree } from "./remove-tree.ts";
 import { bwrapRootArgs, HOST_VIEW_IMAGE, mountRoot, rootFor, unmountAndRemoveSandbox, unmountRoot, unmountSandbox, writeIdentity } from "./root-overlay.ts";
@@ -51,7 +51,7 @@ import type { LaunchedExit } from "../../runtime/process/launcher.ts";
 import { UidRanges, type IdRange } from "./uid-range.ts";
 import { logger } from "../../lib/log.ts";
 import { openStepNet, type StepNet } from "./builder/step-net.ts";
-import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
+import { chownLayer, GOVERNED_CAPS, SANDBOX_CAPS, guardDir, letOwnersPass, openUserns, unmountUnderSync, usernsUnavailable, volatileBounds, type IdmapMount, type OpenUserns, type OverlayMount } from "./userns.ts";
 
 // The agent's structured logs (JSON in JSON mode): what an operator must see of the driver's start.
 const log = logger("local");
@@ -334,6 +334,7 @@ export class LocalDriver implements Driver {
       // Not unmounted when it was moved there (still busy then): never delete through a mount.
       unmountDiskSync(join(dir, "root"));
       unmountUnderSync(join(dir, "layers"));
+      unmountDiskSync(volatileDir(dir));
       unmountDiskSync(join(dir, "disk"));
     }
     if (trash.length) this.#emptyTrash(trash);
@@ -844,7 +845,9 @@ export class LocalDriver implements Driver {
     // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
     // let go once the holder has joined it.
     const userns: { open?: OpenUserns } = {};
-    const openNs = async (mounts: IdmapMount[], overlay?: OverlayMount) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log, overlay));
+    // With the namespace, the tmpfs of its /dev/shm and /run (layout.ts volatileBinds), fresh.
+    const volatile = { dir: layout.volatile, ...volatileBounds(rec.desired.resources.memoryMB) };
+    const openNs = async (mounts: IdmapMount[], overlay?: OverlayMount) => void (userns.open = await openUserns(this.#spawner, range!, mounts, layout.log, overlay, volatile));
     try {
       if (rec.root) {
         await this.#mountRoot(rec, layout, range, range && openNs);
@@ -900,7 +903,7 @@ export class LocalDriver implements Driver {
     const attach = address ? async (nsInit: ProcRef) => void this.#tabled.add((veth = await this.#net!.attach(nsInit, address, this.#relay))) : undefined;
     const bwrapArgs = ns
       ? ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", hostNet ? "--share-net" : "--unshare-net",
-         "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged) : bwrapMountArgs(layout))]
+         "--hostname", rec.id, "--cap-drop", "ALL", "--chdir", "/", ...(rec.root ? bwrapRootArgs(layout.merged, userns && layout.volatile) : bwrapMountArgs(layout, userns && layout.volatile))]
       : undefined;
     // Its exit (heard by the spawner, its parent) tells of its pid 1's end; one heard before the
     // pid 1 is watched below is kept for then.
@@ -1289,6 +1292,9 @@ export class LocalDriver implements Driver {
       const stopped: SandboxRecord = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(stopped);
       if (rec.root) await unmountRoot(this.#spawner, layout.merged);
+      // Stopped, as a Stop pause leaves it: the old /dev/shm and /run go too, not kept in memory
+      // until the start after (which would detach them) or kept for good if that start fails.
+      await unmountDisk(this.#spawner, layout.volatile);
       await fill();
       return stopped;
     }

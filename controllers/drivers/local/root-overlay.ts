@@ -15,7 +15,7 @@ import { basename, dirname, join, relative } from "node:path";
 import { TerminalError } from "../driver.ts";
 import { isMounted, runHelper, unmountDisk } from "./disk.ts";
 import { knownSyscallNumbers } from "./host-helpers.ts";
-import { resolvConf } from "./layout.ts";
+import { resolvConf, volatileBinds, volatileDir } from "./layout.ts";
 import { unmountThenRemove } from "./remove-tree.ts";
 import { RootfsStore, validTemplateName } from "./rootfs/store.ts";
 import type { Spawner } from "./spawner.ts";
@@ -132,18 +132,21 @@ export async function unmountSandbox(spawner: Spawner, merged: string, disk: str
   await unmountOneByOne(spawner, merged, disk);
 }
 
-/** What is mounted of a sandbox, in the order it unmounts: its root, its ID-mapped layers, its disk. */
+/** What is mounted of a sandbox, in the order it unmounts: its root, its ID-mapped layers, the
+ * tmpfs of its /dev/shm and /run, its disk. */
 function sandboxMounts(merged: string, disk: string): string[] {
   const links = join(dirname(merged), "layers");
+  const volatile = volatileDir(dirname(merged));
   // A mounted root stands on its layers, so its layer directories are mount points. An unmounted
   // one (a Stop pause leaves the empty directories) takes the mount table's word for them.
   const rooted = isMounted(merged);
   const layers = rooted ? layerMounts(links) : mayHoldMounts(links) ? mountsUnder(links) : [];
-  return [...(rooted ? [merged] : []), ...layers, ...(isMounted(disk) ? [disk] : [])];
+  return [...(rooted ? [merged] : []), ...layers, ...(isMounted(volatile) ? [volatile] : []), ...(isMounted(disk) ? [disk] : [])];
 }
 
 async function unmountOneByOne(spawner: Spawner, merged: string, disk: string): Promise<void> {
   await unmountRoot(spawner, merged);
+  await unmountDisk(spawner, volatileDir(dirname(merged)));
   await unmountDisk(spawner, disk);
 }
 
@@ -242,8 +245,9 @@ export function writeIdentity(merged: string, hostname: string, ids: IdMapping =
 }
 
 /** bubblewrap arguments for a sandbox whose `/` is its overlay: the kernel file systems a Linux
- * machine has (its own /proc, a minimal /dev with a writable /dev/shm, a tmpfs /run); /tmp is the
- * root's own directory and persists, as on E2B's VM, whose /tmp is on its root disk. */
-export function bwrapRootArgs(merged: string): string[] {
-  return ["--bind", merged, "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "0755", "--tmpfs", "/run"];
+ * machine has (its own /proc, a minimal /dev with a writable /dev/shm, a tmpfs /run: `volatile`,
+ * layout.ts volatileBinds); /tmp is the root's own directory and persists, as on E2B's VM, whose
+ * /tmp is on its root disk. */
+export function bwrapRootArgs(merged: string, volatile?: string): string[] {
+  return ["--bind", merged, "/", "--proc", "/proc", "--dev", "/dev", ...volatileBinds(volatile)];
 }

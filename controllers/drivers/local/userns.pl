@@ -3,6 +3,7 @@
 # host, and ID-mapped mounts through it. Usage (built by userns.ts):
 #   userns.pl <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
 #             [<source dir> <target dir>]... [overlay <mount nr> <dir> <options> <merged dir>]
+#             [volatile <mount nr> <umount2 nr> <dir> <size MiB> <inodes>]
 #   userns.pl reverse <base> <count> <unshare nr> <open_tree nr> <mount_setattr nr> <move_mount nr>
 #             <source dir> <target dir>...
 #
@@ -15,6 +16,12 @@
 # <options> (lowerdir=layers/0,...), whose relative paths are resolved from <dir>, the sandbox's
 # directory. The same mount(2) `mount -t overlay` makes, without a process of its own per create
 # (an exec of mount(8) and a spawn through the spawner: ~2 ms of the spawner's and agent's CPU).
+# With `volatile`, it mounts a fresh tmpfs of <size MiB> and <inodes> at <dir> (nosuid, nodev; one
+# is detached first: its files go as a reboot's /run and /dev/shm do) holding `shm` (1777) and
+# `run` (0755) owned by <base>, which bwrap binds at the sandbox's /dev/shm and /run. Mounted here,
+# in the host's user namespace, not by bwrap inside the sandbox's: the kernel refuses a create
+# (EOVERFLOW, fs/namei.c may_create) by a caller whose fsuid the file system's user namespace does
+# not map, and the files API creates as the host's root (local-driver README, "/dev/shm and /run").
 # Then it prints the pid of a process inside the namespace and keeps it alive until its stdin
 # ends, so the caller can hand /proc/<pid>/ns/user to bwrap (`--userns`) meanwhile; requests on
 # stdin meanwhile (see below) run allow-setuid.pl for the holder that joined it.
@@ -37,7 +44,15 @@ sub main {
   for ($base, $count, $unshare_nr, $open_tree_nr, $setattr_nr, $move_nr) {
     fail('bad arguments') unless defined $_ && /\A\d+\z/;
   }
-  # The pairs' paths are absolute, so the word `overlay` among them starts the overlay's group.
+  # The pairs' paths are absolute and the overlay's options start `lowerdir=`, so the words
+  # `volatile` and `overlay` among them start their groups (volatile last).
+  my ($vat) = grep { $pairs[$_] eq 'volatile' } 0 .. $#pairs;
+  my @volatile = defined $vat ? splice(@pairs, $vat) : ();
+  if (@volatile) {
+    my (undef, $mount_nr, $umount_nr, $vdir, $size, $inodes) = @volatile;
+    fail('bad arguments') unless @volatile == 6 && $mount_nr =~ /\A\d+\z/ && $umount_nr =~ /\A\d+\z/ && $vdir =~ m{\A/[^\n]*\z}
+      && $size =~ /\A[1-9]\d{0,8}\z/ && $inodes =~ /\A[1-9]\d{0,9}\z/;
+  }
   my ($at) = grep { $pairs[$_] eq 'overlay' } 0 .. $#pairs;
   my @overlay = defined $at ? splice(@pairs, $at) : ();
   if (@overlay) {
@@ -45,7 +60,7 @@ sub main {
     fail('bad arguments') unless @overlay == 5 && $mount_nr =~ /\A\d+\z/ && $dir =~ m{\A/} && $merged =~ m{\A/} && $options =~ /\Alowerdir=[^\s]+\z/;
   }
   fail('bad arguments') if @pairs % 2 || $count < 1 || $base < 1 || $base + $count > 4294967295;
-  fail('bad arguments') if $reverse && (@overlay || $base < $count);
+  fail('bad arguments') if $reverse && (@overlay || @volatile || $base < $count);
 
   pipe(my $ready_r, my $ready_w) or fail("pipe: $!");
   pipe(my $hold_r, my $hold_w) or fail("pipe: $!");
@@ -105,6 +120,22 @@ sub main {
     # inside, which a locked flag from here would forbid.
     syscall($mount_nr, $source, $merged, $type, 4, $options) == 0 or fail("mount overlay at $merged: $!");
     chdir('/') or fail("chdir /: $!");
+  }
+  if (@volatile) {
+    my (undef, $mount_nr, $umount_nr, $vdir, $size, $inodes) = @volatile;
+    # MNT_DETACH, until nothing is mounted there (EINVAL)
+    for (1 .. 8) { last if syscall($umount_nr, $vdir, 2) != 0; }
+    # Bounded: the files API writes here as the shared runtime, charged to no sandbox's memory
+    # cgroup (userns.ts volatileBounds).
+    my ($source, $type, $options) = ('tmpfs', 'tmpfs', "mode=0710,uid=0,gid=$base,size=${size}m,nr_inodes=$inodes");
+    # MS_NOSUID | MS_NODEV, as bwrap's own tmpfs were: the agent opens paths here as the host's root.
+    syscall($mount_nr, $source, $vdir, $type, 2 | 4, $options) == 0 or fail("mount tmpfs at $vdir: $!");
+    for ([shm => 01777], [run => 0755]) {
+      my ($d, $mode) = ("$vdir/$_->[0]", $_->[1]);
+      mkdir($d, 0700) or fail("mkdir $d: $!");
+      chown($base, $base, $d) or fail("chown $d: $!");
+      chmod($mode, $d) or fail("chmod $d: $!");
+    }
   }
 
   $| = 1;

@@ -73,13 +73,36 @@ export const directLauncher: UsernsLauncher = {
   },
 };
 
+/** The tmpfs of a sandbox's /dev/shm and /run: where, and its bounds (volatileBounds). */
+export interface VolatileMount {
+  dir: string;
+  sizeMiB: number;
+  inodes: number;
+}
+
+/** The bounds of a sandbox's /dev/shm and /run together: half its memory, as a Linux machine's
+ * /dev/shm is by default half its RAM, and 64 inodes a MiB. Its processes' writes there are charged
+ * to its memory cgroup anyway, but the files API writes as the shared runtime, whose pages (and
+ * inodes) are charged to the agent's cgroup: without `size=` only tmpfs's default, half the host's
+ * memory per sandbox, would bound them. */
+export function volatileBounds(memoryMB: number): { sizeMiB: number; inodes: number } {
+  const sizeMiB = Math.max(1, Math.floor(memoryMB / 2));
+  return { sizeMiB, inodes: sizeMiB * 64 };
+}
+
 /** Makes the namespace of `range` (and the ID-mapped mounts asked for, then the overlay on them)
- * through `userns.pl`, forked by `spawner`. */
-export async function openUserns(spawner: UsernsLauncher, range: IdRange, mounts: IdmapMount[], log: string, overlay?: OverlayMount): Promise<OpenUserns> {
+ * through `userns.pl`, forked by `spawner`. With `volatile` (a directory the driver made), a fresh
+ * tmpfs of the host's is mounted there with `shm` and `run` for the holder to bind
+ * (layout.ts `volatileBinds`). */
+export async function openUserns(spawner: UsernsLauncher, range: IdRange, mounts: IdmapMount[], log: string, overlay?: OverlayMount, volatile?: VolatileMount): Promise<OpenUserns> {
   const nr = syscallNumbers();
   for (const m of mounts) mkdirSync(m.target, { recursive: true });
   const args = [USERNS_SCRIPT, String(range.base), String(range.size), String(nr.unshare), String(nr.openTree), String(nr.mountSetattr), String(nr.moveMount), ...mounts.flatMap((m) => [m.source, m.target])];
   if (overlay) args.push("overlay", String(nr.mount), overlay.dir, overlay.options, overlay.merged);
+  if (volatile) {
+    mkdirSync(volatile.dir, { recursive: true, mode: 0o700 });
+    args.push("volatile", String(nr.mount), String(nr.umount2), volatile.dir, String(volatile.sizeMiB), String(volatile.inodes));
+  }
   const child = await spawner.spawn({ file: PERL, args, cwd: "/", env: helperEnv() }, { detached: false, stdio: ["pipe", "pipe", { append: log }] });
   const [stdin, stdout] = [child.pipes.get(0)!, child.pipes.get(1)!];
   stdin.on("error", () => {});

@@ -14,7 +14,7 @@ export async function makeDir(req: MakeDirRequest, ctx: HandlerContext) {
       await mkdirsAs(r.pinned, r.user, r.sbx.view, true);
       return { entry: await entryInfo(r.sbx, r.path, r.pinned.host) };
     } catch (err) {
-      throw fsError(err, r.path, "create directory");
+      throw fsError(err, r.path, "create directory", true);
     }
   });
 }

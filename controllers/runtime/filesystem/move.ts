@@ -25,7 +25,7 @@ export async function move(req: MoveRequest, ctx: HandlerContext) {
         });
         return { entry: await entryInfo(dst.sbx, dst.path, dst.pinned.host) };
       } catch (err) {
-        throw fsError(err, dst.path, "move to");
+        throw fsError(err, dst.path, "move to", true);
       }
     });
   });

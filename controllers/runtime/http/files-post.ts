@@ -9,6 +9,7 @@ import { PassThrough, type Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import { mkdirsAs, ownerOnHost } from "../filesystem/mkdirs.ts";
+import { createRefused, createRefusedMessage } from "../fs-errors.ts";
 import type { PinnedPath } from "../pinned-path.ts";
 import type { RuntimeSandbox } from "../sandbox.ts";
 import type { SandboxUser } from "../sandbox-view.ts";
@@ -72,6 +73,7 @@ async function writePinned(sbx: RuntimeSandbox, user: SandboxUser, path: string,
     if (diskFull(err)) throw new HttpError(507, "not enough disk space available");
     const code = (err as NodeJS.ErrnoException).code;
     if (code === "ENOTDIR" || code === "ELOOP") throw new HttpError(400, `path '${path}' is not a valid file path`);
+    if (createRefused(err)) throw new HttpError(403, createRefusedMessage("create directories for", path));
     throw new HttpError(500, `error ensuring directories: ${goError(err, "mkdir", posix.dirname(path))}`);
   }
   const host = pinned.host;
@@ -85,6 +87,7 @@ async function writePinned(sbx: RuntimeSandbox, user: SandboxUser, path: string,
     if (code === "ENOTDIR" || code === "EISDIR" || code === "ELOOP") throw new HttpError(400, `path '${path}' is not a valid file path`);
     // A FIFO nobody reads (O_NONBLOCK), a device node on a nodev mount.
     if (code === "ENXIO" || (code === "EACCES" && (await lstat(host).catch(() => undefined))?.isFile() === false)) throw new HttpError(400, `path '${path}' is not a regular file`);
+    if (createRefused(err)) throw new HttpError(403, createRefusedMessage("create", path));
     throw new HttpError(500, `error opening file: ${goError(err, "open", path)}`);
   }
   if (!(await fh.stat()).isFile()) {

@@ -45,3 +45,17 @@ def test_orphans_are_reaped(sbx):
     sbx.commands.run("sh -c '(sleep 0.3 &); (sh -c \"sleep 0.3 & exit\" &); exit 0'")
     r = sbx.commands.run("sleep 1; ps -eo stat= | grep -c '^Z' || true")
     assert r.stdout == "0\n"
+
+
+@pytest.mark.parametrize("user", ["user", "root"])
+def test_files_in_dev_shm_and_run(sbx, user):
+    # tmpfs of the host's user namespace (local driver README, "/dev/shm and /run"): before, every
+    # create there answered 500 (EOVERFLOW), while a command could write.
+    for d in ("/dev/shm", "/run"):
+        sbx.files.write(f"{d}/py-{user}.txt", "hi\n", user=user)
+        assert sbx.files.read(f"{d}/py-{user}.txt", user=user) == "hi\n"
+        assert sbx.files.make_dir(f"{d}/py-dir-{user}", user=user)
+        moved = sbx.files.rename(f"{d}/py-{user}.txt", f"{d}/py-dir-{user}/moved.txt", user=user)
+        assert moved.path == f"{d}/py-dir-{user}/moved.txt"
+        r = sbx.commands.run(f"stat -c '%U %G %a' {d}/py-dir-{user} {d}/py-dir-{user}/moved.txt; cat {d}/py-dir-{user}/moved.txt", user="root")
+        assert r.stdout == f"{user} {user} 755\n{user} {user} 644\nhi\n"
