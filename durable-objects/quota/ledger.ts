@@ -16,8 +16,9 @@ export interface Reservation extends Resources {
   generation: number;
   /** Paused (absent: running). `frozen` (Freeze): holds its memory and a paused slot, not a running
    * sandbox nor its vCPUs; `stopped` (Stop): a paused slot only (its disk stays on the host, its
-   * memory does not). The sizes are kept, so a resume (or the reconcile) turns it back into a
-   * running one. */
+   * memory does not); `resuming`: a resume in flight, what a running one holds and the paused slot
+   * it resumes from, so a failed resume goes back to its own slot. The sizes are kept, so a resume
+   * (or the reconcile) turns it back into a running one. */
   paused?: Kept;
   /** When it was (re)reserved: the reconcile leaves young ones alone (their sandbox may not exist yet). */
   at: number;
@@ -226,7 +227,7 @@ export function overMessage(team: string, over: Over): string {
   return `team "${team}" has ${over.used} of ${over.limit} ${what[over.name]} (quota ${over.name})`;
 }
 
-/** A reservation as stored: `frozen` or `stopped` only when it is (a running one has neither key). */
+/** A reservation as stored: `paused` (`frozen`, `stopped` or `resuming`) only when it is (a running one has no such key). */
 function reservation(cpu: number, memoryMB: number, generation: number, at: number, paused: Kept | null): Reservation {
   return { cpu, memoryMB, generation, at, ...(paused ? { paused } : {}) };
 }

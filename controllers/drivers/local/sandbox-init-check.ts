@@ -8,8 +8,11 @@
 // It runs the init itself, as the holder does: a fork of a perl helper execs the file, and the
 // helper waits for SIGCHLD to show as ignored (the init's second step, after close_range) or for
 // the init to exit (a failed step), then kills it. perl, not Node: the driver's constructor is
-// synchronous, and the init never exits by itself when it works. The helper gets a driver-made
-// path and helperEnv() only.
+// synchronous, and the init never exits by itself when it works. The helper's wait is bounded by
+// the clock (whole seconds: core perl has no finer clock without Time::HiRes, which perl-base
+// lacks), and a SIGTERM (spawnSync's timeout) makes it kill the init first: an init left behind
+// would be a host-root process nobody reaps. The helper gets a driver-made path and helperEnv()
+// only.
 import { spawnSync } from "node:child_process";
 import { release } from "node:os";
 import { helperEnv, PERL } from "./host-helpers.ts";
@@ -28,7 +31,9 @@ my ($file, $ms) = @ARGV;
 my $pid = fork;
 defined $pid or do { print STDERR "fork: $!\\n"; exit 2 };
 if ($pid == 0) { exec { $file } 'init'; my $denied = $!{EACCES}; print STDERR "$!\\n"; exit($denied ? 126 : 5) }
-for (my $i = 0; $i < $ms; $i++) {
+$SIG{TERM} = sub { kill 9, $pid; waitpid($pid, 0); exit 4 };
+my $end = time + int($ms / 1000) + 1;
+while (time < $end) {
   if (waitpid($pid, 1) == $pid) {
     my $code = $? >> 8;
     exit(($? & 127) ? 6 : $code == 126 || $code == 5 ? $code : $code == 1 ? 3 : 6);

@@ -24,6 +24,21 @@ describe("the look at the sandbox's init", () => {
     expect(checkSandboxInit(file)).toEqual({});
   });
 
+  it("is not turned by the agent's own environment (the helper gets helperEnv() only)", () => {
+    const file = join(dir, "sandbox-init-env");
+    writeFileSync(file, sandboxInitImage("x64")!);
+    chmodSync(file, SANDBOX_INIT_MODE);
+    const names = ["PERL5OPT", "LD_PRELOAD", "BASH_ENV", "NODE_OPTIONS"] as const;
+    const saved = names.map((n) => process.env[n]);
+    // Each would end or break a perl that read it: exit 3 reads as "needs Linux 5.9".
+    Object.assign(process.env, { PERL5OPT: "-e'BEGIN{exit 3}'", LD_PRELOAD: "/nonexistent/evil.so", BASH_ENV: "/nonexistent", NODE_OPTIONS: "--require /nonexistent" });
+    try {
+      expect(checkSandboxInit(file)).toEqual({});
+    } finally {
+      names.forEach((n, i) => (saved[i] === undefined ? delete process.env[n] : (process.env[n] = saved[i])));
+    }
+  });
+
   it("says an init that exits at its start needs Linux 5.9", () => {
     const file = join(dir, "exits");
     copyFileSync("/bin/false", file);
