@@ -337,14 +337,14 @@ function connect(s: SandboxState, timeoutS: number, memory: boolean | undefined,
 
 function wake(s: SandboxState, now: number): Transition {
   if (s.phase !== "Pausing" && s.phase !== "Paused") return ok(s, [], { resumed: s.phase === "Resuming" });
+  // One rule decides (wakeResumes, which the group's quota reservation asks too); what follows
+  // only says why not.
+  if (wakeResumes(s)) return resume(s, MIN_RESUME_TIMEOUT_S, now);
   if (!s.spec.lifecycle.autoResume) return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" is paused and auto-resume is off`);
   if (s.pauseStrategy === "Stop") return refuse(s, ErrorCode.conflict, `Sandbox "${s.spec.id}" was paused without memory; resume it with connect`);
   const failed = s.resumeFailure;
-  if (failed) {
-    const why = `${failed.reason}${failed.message ? ` (${failed.message})` : ""}`;
-    return refuse(s, ErrorCode.resumeFailed, `Sandbox "${s.spec.id}" is paused: its last resume failed: ${why}; traffic does not resume it again, a connect does (once the cause is fixed)`);
-  }
-  return resume(s, MIN_RESUME_TIMEOUT_S, now);
+  const why = failed ? `${failed.reason}${failed.message ? ` (${failed.message})` : ""}` : "unknown";
+  return refuse(s, ErrorCode.resumeFailed, `Sandbox "${s.spec.id}" is paused: its last resume failed: ${why}; traffic does not resume it again, a connect does (once the cause is fixed)`);
 }
 
 /**
