@@ -177,6 +177,26 @@ describe("filesystem RPCs", () => {
     await expect(fx.sbx.files.list(`${root}/missing`)).rejects.toBeInstanceOf(FileNotFoundError);
   });
 
+  it("names each listed entry's own owner and group, however many entries share them", async () => {
+    // A listing looks each id up once (filesystem/entry-info.ts EntryNames): an entry must still
+    // get its own owner and group, not its neighbour's, nor a uid's name for its gid.
+    const root = `${fx.dir}/owners`;
+    await fx.sbx.files.write([
+      { path: `${root}/a-user.txt`, data: "u" },
+      { path: `${root}/c-user.txt`, data: "u" },
+    ]);
+    await fx.sbx.files.write(`${root}/b-root.txt`, "r", { user: "root" });
+    await fx.sbx.files.write(`${root}/d-mixed.txt`, "m", { user: "root" });
+    expect((await fx.sbx.commands.run(`chown user:root ${root}/d-mixed.txt`, { user: "root" })).exitCode).toBe(0);
+    const entries = await fx.sbx.files.list(root);
+    expect(entries.map((e) => [e.name, e.owner, e.group])).toEqual([
+      ["a-user.txt", "user", "user"],
+      ["b-root.txt", "root", "root"],
+      ["c-user.txt", "user", "user"],
+      ["d-mixed.txt", "user", "root"],
+    ]);
+  });
+
   it("makeDir returns true, then false for an existing directory; nested paths are created", async () => {
     expect(await fx.sbx.files.makeDir(`${fx.dir}/mk/x/y`)).toBe(true);
     expect(await fx.sbx.files.makeDir(`${fx.dir}/mk/x/y`)).toBe(false);

@@ -41,7 +41,32 @@ async function linkTarget(sbx: RuntimeSandbox, hostPath: string, sandboxPath: st
   return { target: posix.resolve(posix.dirname(sandboxPath), raw) };
 }
 
-export async function entryInfo(sbx: RuntimeSandbox, sandboxPath: string, hostPath: string, lst?: BigIntStats): Promise<EntryInit> {
+/** Owner and group names by id, each looked up once per use of one of these: a view's lookup
+ * re-checks /etc/passwd and /etc/group (a stat each, and a pin of the sandbox's file for a
+ * sandbox's view) on every call, which a 2,000-entry listing made 4,000 times for the same id or
+ * two. One is made per request, so an edit of those files shows in the next one. */
+export class EntryNames {
+  readonly #users = new Map<number, string>();
+  readonly #groups = new Map<number, string>();
+  readonly #sbx: RuntimeSandbox;
+  constructor(sbx: RuntimeSandbox) {
+    this.#sbx = sbx;
+  }
+
+  owner(uid: number): string {
+    let name = this.#users.get(uid);
+    if (name === undefined) this.#users.set(uid, (name = this.#sbx.view.userName?.(uid) ?? String(uid)));
+    return name;
+  }
+
+  group(gid: number): string {
+    let name = this.#groups.get(gid);
+    if (name === undefined) this.#groups.set(gid, (name = this.#sbx.view.groupName?.(gid) ?? String(gid)));
+    return name;
+  }
+}
+
+export async function entryInfo(sbx: RuntimeSandbox, sandboxPath: string, hostPath: string, lst?: BigIntStats, names = new EntryNames(sbx)): Promise<EntryInit> {
   const st = lst ?? (await lstat(hostPath, { bigint: true }));
   let type = fileType(st);
   let mode = permBits(Number(st.mode));
@@ -61,8 +86,8 @@ export async function entryInfo(sbx: RuntimeSandbox, sandboxPath: string, hostPa
     size: st.size,
     mode,
     permissions: goModeString(Number(st.mode)),
-    owner: sbx.view.userName?.(uid) ?? String(uid),
-    group: sbx.view.groupName?.(gid) ?? String(gid),
+    owner: names.owner(uid),
+    group: names.group(gid),
     modifiedTime: { seconds: st.mtimeNs / 1_000_000_000n, nanos: Number(st.mtimeNs % 1_000_000_000n) },
     symlinkTarget: target,
     metadata: await sbx.metadata.get(hostPath, st),

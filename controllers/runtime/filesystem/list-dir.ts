@@ -3,7 +3,7 @@ import { closeSync } from "node:fs";
 import type { ListDirRequest } from "../../../schema/envd/gen/filesystem/filesystem_pb.js";
 import { fsError } from "../fs-errors.ts";
 import { errno, fdPath, openDirIn } from "../pinned-path.ts";
-import { entryInfo } from "./entry-info.ts";
+import { EntryNames, entryInfo } from "./entry-info.ts";
 import { withRequestPath } from "./resolve.ts";
 import { walk } from "./walk.ts";
 import { MAX_TREE_DEPTH } from "./tree.ts";
@@ -22,7 +22,8 @@ export async function listDir(req: ListDirRequest, ctx: HandlerContext) {
       const prefix = r.pinned.sandboxPath === "/" ? "" : r.pinned.sandboxPath;
       const fd = openDirIn(r.pinned.dir, r.pinned.name);
       try {
-        const entries = await walk(fdPath(fd), Math.min(Math.max(1, req.depth), MAX_TREE_DEPTH), (e) => entryInfo(r.sbx, `${prefix}/${e.rel}`, e.host, e.stats));
+        const names = new EntryNames(r.sbx);
+        const entries = await walk(fdPath(fd), Math.min(Math.max(1, req.depth), MAX_TREE_DEPTH), (e) => entryInfo(r.sbx, `${prefix}/${e.rel}`, e.host, e.stats, names));
         return { entries };
       } finally {
         closeSync(fd);
