@@ -397,6 +397,10 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       });
       pods.once("exit", (code) => fail(new Error(`the bench's kubelet process exited (${code})`)));
     });
+    // The install's step (k8s/README.md): the team whose namespace the agent syncs is bound to its
+    // cluster. Since 9801664b a cluster's SandboxSet write no longer binds it, so without this the
+    // edge refuses the synced SandboxSet and the pool never appears there.
+    await edge.bind("admin", "kube");
     // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included),
     // started through kube-agent.ts, which adds the refill hold and the claims' timestamps.
     const agent = spawn(
