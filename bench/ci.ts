@@ -105,14 +105,20 @@ async function waitPoolWarm(apiUrl: string, apiKey: string, template: string, wa
 type System = Awaited<ReturnType<typeof startSystem>>;
 
 /** The interpreter's /execute of `pass` and its /health, each signed as the edge signs it and sent
- * straight to the agent's ingress (no edge gateway). */
+ * straight to the agent's ingress (no edge gateway), with the sandbox's access token as the SDK
+ * sends it: /execute runs a cell only with it (envd's 401 otherwise, since 91c02edb). The token is
+ * the one `GET /sandboxes/{id}` hands its owner. */
 async function ingressCalls(sys: System, sandboxId: string) {
   const key = await ingressKey(await clusterTokenFor(sys.secrets.clusterToken, "local"));
+  const detail = await fetch(`${sys.apiUrl}/sandboxes/${sandboxId}`, { headers: { "x-api-key": sys.apiKey } });
+  if (!detail.ok) throw new Error(`GET /sandboxes/${sandboxId}: ${detail.status} ${await detail.text()}`);
+  const { envdAccessToken } = (await detail.json()) as { envdAccessToken?: string };
+  if (!envdAccessToken) throw new Error(`GET /sandboxes/${sandboxId} gave no envdAccessToken`);
   const call = async (method: string, path: string, body?: string) => {
     const target = { sandboxId, port: 49999, method, pathAndQuery: path };
     const res = await fetch(`http://127.0.0.1:${sys.secrets.ingressPort}${path}`, {
       method,
-      headers: { "content-type": "application/json", "e2b-sandbox-id": sandboxId, "e2b-sandbox-port": "49999", [SIGNATURE_HEADER]: await signIngress(key, target, Date.now()) },
+      headers: { "content-type": "application/json", "e2b-sandbox-id": sandboxId, "e2b-sandbox-port": "49999", "x-access-token": envdAccessToken, [SIGNATURE_HEADER]: await signIngress(key, target, Date.now()) },
       body,
     });
     return { status: res.status, text: await res.text() };

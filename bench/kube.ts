@@ -397,6 +397,11 @@ async function claimsThroughEdge(cluster: Cluster): Promise<Figures> {
       });
       pods.once("exit", (code) => fail(new Error(`the bench's kubelet process exited (${code})`)));
     });
+    // The install's step (k8s/README.md): the team whose namespace the agent syncs is bound to its
+    // cluster. A cluster's SandboxSet applies only for a team bound to it (1bd7e7a3; its own write
+    // never binds, 9801664b): without this the edge refuses the synced SandboxSet ("team admin is
+    // not bound to cluster kube") and the pool never appears there. startKubeAgent does the same.
+    await edge.bind("admin", "kube");
     // The agent as deployed: its own process, `main.ts --driver kubernetes` (CRD link included),
     // started through kube-agent.ts, which adds the refill hold and the claims' timestamps.
     const agent = spawn(
