@@ -55,7 +55,7 @@ export function cachedFile<T>(path: () => string | PinnedPath, parse: (text: str
       const host = pinned?.host ?? (file as string);
       const m = (pinned ? lstatSync(host) : statSync(host)).mtimeMs;
       if (m !== mtime) {
-        value = parse(readRegularFile(host, MAX_ID_FILE_BYTES, pinned !== undefined));
+        value = parsedOnce(parse, readRegularFile(host, MAX_ID_FILE_BYTES, pinned !== undefined));
         mtime = m;
       }
     } catch {
@@ -66,6 +66,20 @@ export function cachedFile<T>(path: () => string | PinnedPath, parse: (text: str
     }
     return value;
   };
+}
+
+/** The last text each parser was given, and its result. Every sandbox of a template has the same
+ * /etc/passwd and each has its own cache (its own file), read at its first command: the text is
+ * read again (it may differ), the parse is not. The results are shared, so read-only: callers
+ * only look entries up. */
+const lastParsed = new WeakMap<(text: string) => unknown, { text: string; value: unknown }>();
+
+function parsedOnce<T>(parse: (text: string) => T, text: string): T {
+  const last = lastParsed.get(parse);
+  if (last?.text === text) return last.value as T;
+  const value = parse(text);
+  lastParsed.set(parse, { text, value });
+  return value;
 }
 
 /** /etc/passwd or /etc/group larger than this reads as empty (a real one is a few KiB). */
