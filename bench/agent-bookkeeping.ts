@@ -102,4 +102,9 @@ for (const [k, xs] of Object.entries(samples)) if (!k.startsWith("sum_")) put(k,
 const sums = Object.entries(samples).filter(([k]) => k.startsWith("sum_")).map(([, v]) => v);
 put("sum_before", sums.map((s) => s[0]!));
 put("sum_after", sums.map((s) => s[1]!));
+// Paired per round (both sides of a round ran interleaved, so they share its load).
+const ratios = (a: number[], b: number[]) => b.map((x, i) => x / a[i]!);
+const ratio = (name: string, xs: number[]) => (figures[`agent_bookkeeping.${name}_after_vs_before_ratio`] = { value: round(median(xs), 3), unit: "ratio", spread: [round(Math.min(...xs), 3), round(Math.max(...xs), 3)] });
+for (const step of Object.keys(steps)) ratio(step, ratios(samples[`${step}_before`]!, samples[`${step}_after`]!));
+ratio("sum", sums.map((s) => s[1]! / s[0]!));
 console.log(JSON.stringify({ rounds: ROUNDS, perRound: PER_ROUND, figures }, null, 2));
