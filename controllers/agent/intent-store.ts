@@ -12,9 +12,10 @@
 // fsyncs what was written since the last one, and the directory, then removes the files they
 // superseded. At start the newest file of a sandbox that parses wins; older ones are dropped. That
 // rule is also what makes a write cut short by a crash harmless (a prefix of the JSON does not
-// parse, and the file before it is still there), so a file is written in place under its final
-// name, not as a tmp file renamed (session 36: a rename, 0.2-0.4 ms, and a name made and dropped
-// less per write; files `*.tmp` that older agents left are still removed at start).
+// parse, and the file before it is still there), so a new file is written under its final name,
+// never over an existing one (`wx`: the rule needs the older file intact), not as a tmp file
+// renamed (session 36: a rename, 0.2-0.4 ms, and a name made and dropped less per write; files
+// `*.tmp` that older agents left are still removed at start).
 //
 // An intent is held in memory when it arrives and written (`durable`) before the driver acts on it
 // or its ack goes out, whichever comes first (reconciler.ts), not at once: the edge's outbox sends
@@ -130,7 +131,7 @@ export class IntentStore {
     const id = intent.sandboxId;
     const name = `${id}.${this.#next++}.json`;
     const file = join(this.#dir, name);
-    writeFileSync(file, JSON.stringify(intent), { mode: 0o600 });
+    writeFileSync(file, JSON.stringify(intent), { mode: 0o600, flag: "wx" });
     const before = this.#files.get(id);
     if (before !== undefined) this.#older.set(id, [...(this.#older.get(id) ?? []), before]);
     this.#files.set(id, name);
@@ -173,7 +174,7 @@ export class IntentStore {
     const older = [...this.#older.entries()];
     try {
       for (const name of names) await fsyncPath(join(this.#dir, name));
-      await fsyncPath(this.#dir); // the renames
+      await fsyncPath(this.#dir); // the new names
     } catch {
       // The disk failed: the older files stay, the next sweep tries again, and a restart reads
       // the newest that parses.
