@@ -11,9 +11,9 @@
 //   records.ts's one file of two slots, made at the first write and overwritten in place (on ext4
 //   without a journal each new inode scans those freed in the last minute: the cleanup between
 //   rounds frees as a destroy does);
-// - intent: a new sandbox's intent stored and forgotten as intent-store.ts does (tmp + rename +
-//   unlink) against the candidate of creating it in place (+ unlink): no CPU gained, so the
-//   store keeps its rename;
+// - intent: a new sandbox's intent stored and forgotten as intent-store.ts did (tmp + rename +
+//   unlink) against creating it in place (+ unlink): no CPU resolved here alone; session 36 took
+//   it with other cuts (bench/agent-bookkeeping.ts measures the store's whole lifecycle);
 // - rewrite: an intent rewritten (a claim over the pool member's intent, then a pause) as the store
 //   did (tmp + rename over the file: ext4's auto_da_alloc flushes the new data, and the agent's
 //   event loop waits for it while the sandboxes' disks are being written) against what it does

@@ -3,15 +3,19 @@
 // The edge resends only what the agent's inventory lacks, so after an agent restart the agent
 // itself must remember what it was asked for: the runtime needs each sandbox's access token and env
 // vars again, and a sandbox whose intent was accepted but not yet applied must still be built.
-// One small JSON file per sandbox, written atomically (tmp + rename) under a name of its own
-// (`<id>.<n>.json`, n counting up across the store). Never renamed over an existing file: ext4
-// (auto_da_alloc) flushes the new file's data on such a rename, and with the sandboxes' disks being
-// written the agent's event loop waited 1-7 ms per write for it (issue 16; a rename to a new name,
-// 0.2-0.4 ms). That flush was also what made a replaced file "old or new" across a host crash: a
-// file renamed to a new name can come back empty (delayed allocation). So the sandbox's previous
-// file stays until the new one is on disk: a sweep off the event loop (the thread pool) fsyncs
-// what was written since the last one, and the directory, then removes the files they superseded.
-// At start the newest file of a sandbox that parses wins; older ones are dropped.
+// One small JSON file per sandbox, written under a name of its own (`<id>.<n>.json`, n counting up
+// across the store), never over an existing file: ext4 (auto_da_alloc) flushes the new file's data
+// on a rename over one, and with the sandboxes' disks being written the agent's event loop waited
+// 1-7 ms per write for it (issue 16). That flush was also what made a replaced file "old or new"
+// across a host crash; a new file can come back empty (delayed allocation). So the sandbox's
+// previous file stays until the new one is on disk: a sweep off the event loop (the thread pool)
+// fsyncs what was written since the last one, and the directory, then removes the files they
+// superseded. At start the newest file of a sandbox that parses wins; older ones are dropped. That
+// rule is also what makes a write cut short by a crash harmless (a prefix of the JSON does not
+// parse, and the file before it is still there), so a new file is written under its final name,
+// never over an existing one (`wx`: the rule needs the older file intact), not as a tmp file
+// renamed (session 36: a rename, 0.2-0.4 ms, and a name made and dropped less per write; files
+// `*.tmp` that older agents left are still removed at start).
 //
 // An intent is held in memory when it arrives and written (`durable`) before the driver acts on it
 // or its ack goes out, whichever comes first (reconciler.ts), not at once: the edge's outbox sends
@@ -19,7 +23,7 @@
 // either comes back; what the cluster reflects or the edge was told must be on disk. A delete is never written: the sandbox's files are removed as it is offered (an unlink is
 // cheap), so an agent that dies before or while destroying finds no intent and destroys what the
 // driver still has, and a kill waiting in the queue does not come back to life after a crash.
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { IntentSchema, type Intent } from "../../schema/protocol/index.ts";
@@ -127,8 +131,7 @@ export class IntentStore {
     const id = intent.sandboxId;
     const name = `${id}.${this.#next++}.json`;
     const file = join(this.#dir, name);
-    writeFileSync(`${file}.tmp`, JSON.stringify(intent), { mode: 0o600 });
-    renameSync(`${file}.tmp`, file);
+    writeFileSync(file, JSON.stringify(intent), { mode: 0o600, flag: "wx" });
     const before = this.#files.get(id);
     if (before !== undefined) this.#older.set(id, [...(this.#older.get(id) ?? []), before]);
     this.#files.set(id, name);
@@ -141,7 +144,7 @@ export class IntentStore {
     const names = [...(this.#older.get(id) ?? []), ...(this.#files.has(id) ? [this.#files.get(id)!] : [])];
     this.#files.delete(id);
     this.#older.delete(id);
-    for (const name of names) rmSync(join(this.#dir, name), { force: true });
+    for (const name of names) unlinkQuiet(join(this.#dir, name));
   }
 
   /** A sweep a while after the first write that wants one: a sandbox's writes close together (a
@@ -171,7 +174,7 @@ export class IntentStore {
     const older = [...this.#older.entries()];
     try {
       for (const name of names) await fsyncPath(join(this.#dir, name));
-      await fsyncPath(this.#dir); // the renames
+      await fsyncPath(this.#dir); // the new names
     } catch {
       // The disk failed: the older files stay, the next sweep tries again, and a restart reads
       // the newest that parses.
@@ -181,7 +184,7 @@ export class IntentStore {
     for (const [id, files] of older) {
       const now = this.#older.get(id);
       if (!now) continue; // removed with the sandbox
-      for (const name of files) rmSync(join(this.#dir, name), { force: true });
+      for (const name of files) unlinkQuiet(join(this.#dir, name));
       const left = now.filter((n) => !files.includes(n));
       if (left.length) this.#older.set(id, left);
       else this.#older.delete(id);
@@ -201,6 +204,16 @@ export class IntentStore {
     this.#intents.delete(id);
     this.#unwritten.delete(id);
     this.#remove(id);
+  }
+}
+
+/** unlink(2) of a file that may be gone already: rmSync would lstat it first, a syscall more on
+ * the kill's path for a name that is always a file here. */
+function unlinkQuiet(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
   }
 }
 

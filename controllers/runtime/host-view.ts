@@ -15,7 +15,7 @@ export class UserSwitchError extends Error {
 
 export class HostView implements SandboxView {
   #passwd: () => PasswdEntry[];
-  #groups: () => Map<number, string>;
+  #groups: () => ReadonlyMap<number, string>;
   #asRoot = process.getuid?.() === 0;
 
   constructor(opts: { passwdPath?: string; groupPath?: string } = {}) {

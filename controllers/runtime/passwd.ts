@@ -24,7 +24,7 @@ export function parsePasswd(text: string): PasswdEntry[] {
   return out;
 }
 
-export function parseGroup(text: string): Map<number, string> {
+export function parseGroup(text: string): ReadonlyMap<number, string> {
   const out = new Map<number, string>();
   for (const line of text.split("\n")) {
     const f = line.split(":");
@@ -55,7 +55,7 @@ export function cachedFile<T>(path: () => string | PinnedPath, parse: (text: str
       const host = pinned?.host ?? (file as string);
       const m = (pinned ? lstatSync(host) : statSync(host)).mtimeMs;
       if (m !== mtime) {
-        value = parse(readRegularFile(host, MAX_ID_FILE_BYTES, pinned !== undefined));
+        value = parsedOnce(parse, readRegularFile(host, MAX_ID_FILE_BYTES, pinned !== undefined));
         mtime = m;
       }
     } catch {
@@ -66,6 +66,32 @@ export function cachedFile<T>(path: () => string | PinnedPath, parse: (text: str
     }
     return value;
   };
+}
+
+/** The last text each parser was given, and its result. Every sandbox of a template has the same
+ * /etc/passwd and each has its own cache (its own file), read at its first command: the text is
+ * read again (it may differ), the parse is not. The results are shared between sandboxes, so what
+ * is shared is frozen (a change one sandbox's caller made would show in another's), and only texts
+ * of a real file's size are kept: a tenant's crafted 4 MiB file is parsed for its sandbox alone
+ * and goes with it. */
+const lastParsed = new WeakMap<(text: string) => unknown, { text: string; value: unknown }>();
+const MAX_SHARED_TEXT = 64 << 10;
+
+function parsedOnce<T>(parse: (text: string) => T, text: string): T {
+  if (text.length > MAX_SHARED_TEXT) return parse(text);
+  const last = lastParsed.get(parse);
+  if (last?.text === text) return last.value as T;
+  const value = deepFreeze(parse(text));
+  lastParsed.set(parse, { text, value });
+  return value;
+}
+
+/** Arrays and plain objects frozen through; a Map (parseGroup's) has no freeze, so its type says
+ * read-only (ReadonlyMap) instead. */
+function deepFreeze<T>(value: T): T {
+  if (Array.isArray(value)) for (const v of value) deepFreeze(v);
+  if (value !== null && typeof value === "object" && !(value instanceof Map)) Object.freeze(value);
+  return value;
 }
 
 /** /etc/passwd or /etc/group larger than this reads as empty (a real one is a few KiB). */

@@ -36,7 +36,8 @@ export class UnknownUserError extends Error {
 const crypto = () => process.getBuiltinModule("node:crypto");
 
 function digest(token: string): Buffer {
-  return crypto().createHash("sha256").update(token).digest();
+  // The one-shot hash: no Hash object per call (each create and each request checks a token).
+  return crypto().hash("sha256", token, "buffer");
 }
 
 export class RuntimeSandbox {

@@ -1,6 +1,6 @@
 // The agent's intent store as a restarted agent finds it: what was made durable, the newest of
 // what a crash left, and what an older agent wrote.
-import { mkdtempSync, readdirSync, renameSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -77,17 +77,33 @@ describe("IntentStore", () => {
     expect(new IntentStore(dir).get("c")?.generation).toBe(4);
   });
 
+  /** Generations 1 and 2 of sandbox a made durable, the second one's sweep not run: a's newest file. */
+  const twoWritten = (dir: string) => {
+    const store = new IntentStore(dir);
+    for (const generation of [1, 2]) {
+      store.offer(intent("a", generation));
+      store.durable("a");
+    }
+    return join(dir, readdirSync(dir).sort((x, y) => Number(y.split(".")[1]) - Number(x.split(".")[1]))[0]!);
+  };
+
   it("after a host crash that left the newest file empty, holds the intent before it", () => {
     const dir = scratch();
-    const store = new IntentStore(dir);
-    store.offer(intent("a", 1));
-    store.durable("a");
-    store.offer(intent("a", 2));
-    store.durable("a"); // acked; the host dies before its data reached the disk
-    const newest = readdirSync(dir).sort((x, y) => Number(y.split(".")[1]) - Number(x.split(".")[1]))[0]!;
-    truncateSync(join(dir, newest), 0); // a renamed file's data lost with delayed allocation
+    const newest = twoWritten(dir); // acked; the host dies before its data reached the disk
+    truncateSync(newest, 0); // a new file's data lost with delayed allocation
     const restarted = new IntentStore(dir);
     expect(restarted.get("a")?.generation).toBe(1); // the edge resends what is newer
+  });
+
+  it("after an agent killed mid-write (a prefix of the newest file under its own name), holds the intent before it and writes after both", () => {
+    const dir = scratch();
+    const newest = twoWritten(dir);
+    truncateSync(newest, Math.floor(readFileSync(newest, "utf8").length / 2)); // the write cut short
+    const restarted = new IntentStore(dir);
+    expect(restarted.get("a")?.generation).toBe(1);
+    restarted.offer(intent("a", 3));
+    restarted.durable("a");
+    expect(new IntentStore(dir).get("a")?.generation).toBe(3);
   });
 
   it("forgets a delete as it is offered, before its pass: a crash does not bring the sandbox back", async () => {

@@ -34,3 +34,23 @@ it("a device or a file past 4 MiB reads as no users; a plain file, or a link to 
   symlinkSync(plain, link);
   expect(cachedFile(() => link, parsePasswd, [])().map((e) => e.name)).toEqual(["root", "user"]);
 });
+
+it("sandboxes with the same file share one parse that none can change; different files keep their own users", () => {
+  const a = join(dir, "same-a");
+  const b = join(dir, "same-b");
+  const other = join(dir, "other");
+  const text = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n";
+  writeFileSync(a, text);
+  writeFileSync(b, text);
+  writeFileSync(other, "root:x:0:0:root:/root:/bin/sh\nagent:x:1001:1001::/home/agent:/bin/sh\n");
+  const [ca, cb, co] = [cachedFile(() => a, parsePasswd, []), cachedFile(() => b, parsePasswd, []), cachedFile(() => other, parsePasswd, [])];
+  // Alternating texts: a memo keyed by the parser alone would hand one file's users to the other.
+  expect(ca().map((e) => e.name)).toEqual(["root", "user"]);
+  expect(co().map((e) => e.name)).toEqual(["root", "agent"]);
+  expect(cb().map((e) => e.name)).toEqual(["root", "user"]);
+  // One sandbox's caller writing to an entry must not reach the other sandbox's look-up.
+  expect(() => {
+    (ca()[1] as { home: string }).home = "/tmp/elsewhere";
+  }).toThrow(TypeError);
+  expect(cb()[1]!.home).toBe("/home/user");
+});
