@@ -346,12 +346,15 @@ function readInfo(stream: Socket): { childPid: Promise<number>; ended: Promise<v
   return { childPid, ended };
 }
 
+/** How long waitInit waits for the info socket's end before it looks every millisecond. */
+const EVENT_FALLBACK_MS = 1000;
+
 /** Until `pid` runs the init of `file` (runsFile) and has set SIGCHLD to SIG_IGN
  * (`SigIgn` in its status): the exe alone is so from the end of execve, before its close_range and
  * rt_sigaction, whose failure (an exit) would then read as a pid 1 that ended after a good start,
  * a restart loop, instead of a start that failed. Bounded as waitChildExec. Looked at first once
- * `closed` (the info socket's end: the init's close_range, or the start's death) or past
- * `timeoutMs` without it, then every millisecond as before: the end is when the init runs, not
+ * `closed` (the info socket's end: the init's close_range, or the start's death) or a second
+ * without it, then every millisecond as before: the end is when the init runs, not
  * proof of it (a start that died ends it too, and where the spawner gave no second descriptor,
  * bwrap's own close ends it sooner), so the same look decides. Polled from the spawn, a start
  * looked 4 times (median; 2–16, over 3–19 ms: bwrap's mounts): one look now, or two when the init
@@ -360,7 +363,9 @@ async function waitInit(pid: number, file: string, closed: Promise<void>, timeou
   const want = statSync(file);
   const deadline = Date.now() + timeoutMs;
   let timer: NodeJS.Timeout | undefined;
-  await Promise.race([closed, new Promise<void>((ok) => (timer = setTimeout(ok, timeoutMs)))]);
+  // Past a second without the end, look every millisecond as before: should anything ever keep
+  // a copy of the socket open (a bwrap that passes it on), a start is slower, never 20 s late.
+  await Promise.race([closed, new Promise<void>((ok) => (timer = setTimeout(ok, Math.min(timeoutMs, EVENT_FALLBACK_MS))))]);
   clearTimeout(timer);
   await pollFor(() => {
     try {
