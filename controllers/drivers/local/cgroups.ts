@@ -144,10 +144,8 @@ export function createCgroups(layout: CgroupLayout, set: CgroupSet, limits: Limi
     return;
   }
   if (set.v1.memory) writeFileSync(join(set.v1.memory, "memory.limit_in_bytes"), memBytes);
-  if (set.v1.cpu) {
-    writeFileSync(join(set.v1.cpu, "cpu.cfs_period_us"), "100000");
-    writeFileSync(join(set.v1.cpu, "cpu.cfs_quota_us"), quota);
-  }
+  // The period is the kernel's default for a new cgroup (100 ms), which only this writes to.
+  if (set.v1.cpu) writeFileSync(join(set.v1.cpu, "cpu.cfs_quota_us"), quota);
   if (set.v1.pids) writeFileSync(join(set.v1.pids, "pids.max"), String(limits.pidsMax));
 }
 

@@ -69,7 +69,9 @@ export function newDiskCommand(image: string, at: string, sizeMB: number, inodes
 /** Whether `at` is a mount point (its device differs from its parent's). */
 export function isMounted(at: string): boolean {
   try {
-    return statSync(at).dev !== statSync(dirname(at)).dev;
+    // Missing (a new sandbox's root) is an answer, not an error: no exception made for it.
+    const st = statSync(at, { throwIfNoEntry: false });
+    return st !== undefined && st.dev !== statSync(dirname(at)).dev;
   } catch {
     return false;
   }

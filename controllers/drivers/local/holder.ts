@@ -9,12 +9,14 @@
 // inside the sandbox keeps bwrap's argv, which every process there can read, and the mounts name
 // host paths.
 import { closeSync, openSync, readFileSync, readSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
+import type { Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { helperEnv, lastLine } from "./host-helpers.ts";
 import { MARKER_ENV } from "./local-view.ts";
 import { fieldsEnded, PF_EXITING, statFieldsIn } from "./proc-handle.ts";
 import type { ProcRef } from "./records.ts";
 import type { SpawnedProcess, Spawner } from "./spawner.ts";
+import type { StdioSpec } from "./spawner-protocol.ts";
 
 const SLEEP = "/usr/bin/sleep";
 const SETPRIV = "/usr/bin/setpriv";
@@ -220,7 +222,7 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   // its tenant may have filled (mkfs -m 0 keeps no blocks for root), and a new file there would
   // make every later start fail with ENOSPC.
   const argsFile = spawner.scratchFile("bwrap-args");
-  const extra = ns ? [{ read: spec.userns!.nsPath }, ...ns.fds.map((read) => ({ read }))] : [];
+  const extra: StdioSpec[] = ns ? [{ read: spec.userns!.nsPath }, ...ns.fds.map((read) => ({ read }))] : [];
   // The init comes as a descriptor the spawner opened on the host and is exec'd through it: no
   // path of the sandbox's root (the template's) is involved.
   if (asPid1.length) extra.push({ read: spec.init! });
@@ -229,6 +231,13 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
   // The filter's descriptor comes after every other one bwrap is handed.
   const seccomp = spec.seccomp && bwrapArgs ? ["--seccomp", String(ARGS_FD + 1 + extra.length)] : [];
   if (seccomp.length) extra.push({ read: spec.seccomp! });
+  // The info socket once more, for the init's start (waitInit): bwrap closes its info fd in both
+  // of its processes at once, and its outer one every other descriptor it was given as it starts
+  // to watch its child (bubblewrap.c monitor_child), but the child passes this one on through its
+  // exec of the init, whose first step (close_range) closes it. So the socket ends once the init
+  // runs (or the start died), and no process of the sandbox ever holds it. Not to bwrap's own
+  // pid 1: its `sleep`, a template binary, would keep it.
+  if (asPid1.length) extra.push({ same: INFO_FD });
   if (bwrapArgs) writeFileSync(argsFile, [...bwrapArgs, ...asPid1, ...seccomp, "--info-fd", String(INFO_FD), ""].join("\0"), { mode: 0o600 });
   let child: SpawnedProcess;
   try {
@@ -255,13 +264,14 @@ export async function startHolder(spec: HolderSpec, spawner: Spawner): Promise<S
       started = true;
       return { holder, nsInit: holder };
     }
-    const initPid = await Promise.race([readChildPid(info!), exited]);
+    const bwrapInfo = readInfo(info!);
+    const initPid = await Promise.race([bwrapInfo.childPid, exited]);
     const holder = procRef(pid);
     const nsInit = procRef(initPid);
     if (!holder || !nsInit) return await exited;
     // bwrap reports its pid 1 before the mounts are done; the init (or `sleep`) running means they are.
     try {
-      const ready = asPid1.length ? waitExecOf(initPid, spec.init!) : waitChildExec(initPid, SLEEP);
+      const ready = asPid1.length ? waitInit(initPid, spec.init!, bwrapInfo.ended) : waitChildExec(initPid, SLEEP);
       await Promise.race([Promise.all([ready, spec.onNamespaces?.(nsInit)]), exited]);
     } catch (err) {
       // A holder the caller never learns of would outlive every retry (it is not tied to us).
@@ -302,34 +312,68 @@ function protectFromOOM(pids: number[]): void {
   }
 }
 
-async function readChildPid(stream: NodeJS.ReadableStream): Promise<number> {
+/** bwrap's `--info-fd` socket: `childPid`, the sandbox's pid 1 as bwrap reports it (once the
+ * whole object is read: closing the socket sooner SIGPIPEs bwrap), and `ended` once no process
+ * holds the socket any more (its end of file; its error or close). Read as it comes, never closed
+ * here: startHolder destroys it once the start is over. */
+function readInfo(stream: Socket): { childPid: Promise<number>; ended: Promise<void> } {
   let text = "";
-  for await (const chunk of stream) {
-    text += String(chunk);
-    // Stop reading only after the whole object: closing the pipe earlier SIGPIPEs bwrap.
+  let known = false;
+  let gotPid!: (pid: number) => void;
+  let noPid!: (err: Error) => void;
+  let gone!: () => void;
+  const childPid = new Promise<number>((ok, fail) => ((gotPid = ok), (noPid = fail)));
+  const ended = new Promise<void>((ok) => (gone = ok));
+  childPid.catch(() => {});
+  stream.on("data", (chunk: Buffer) => {
+    if (known) return;
+    text += chunk.toString("latin1");
     try {
       const info = JSON.parse(text) as { "child-pid"?: number };
-      if (typeof info["child-pid"] === "number") return info["child-pid"];
+      if (typeof info["child-pid"] === "number") {
+        known = true;
+        gotPid(info["child-pid"]);
+      }
     } catch {
       // incomplete so far
     }
-  }
-  throw new Error("bwrap closed its info fd without a child pid");
+  });
+  const end = () => {
+    if (!known) noPid(new Error("bwrap closed its info fd without a child pid"));
+    gone();
+  };
+  stream.once("end", end).once("close", end).on("error", end);
+  return { childPid, ended };
 }
+
+/** How long waitInit waits for the info socket's end before it looks every millisecond. */
+const EVENT_FALLBACK_MS = 1000;
 
 /** Until `pid` runs the init of `file` (runsFile) and has set SIGCHLD to SIG_IGN
  * (`SigIgn` in its status): the exe alone is so from the end of execve, before its close_range and
  * rt_sigaction, whose failure (an exit) would then read as a pid 1 that ended after a good start,
- * a restart loop, instead of a start that failed. Bounded as waitChildExec. */
-async function waitExecOf(pid: number, file: string, timeoutMs = 20_000): Promise<void> {
+ * a restart loop, instead of a start that failed. Bounded as waitChildExec. Looked at first once
+ * `closed` (the info socket's end: the init's close_range, or the start's death) or a second
+ * without it, then every millisecond as before: the end is when the init runs, not
+ * proof of it (a start that died ends it too, and where the spawner gave no second descriptor,
+ * bwrap's own close ends it sooner), so the same look decides. Polled from the spawn, a start
+ * looked 4 times (median; 2–16, over 3–19 ms: bwrap's mounts): one look now, or two when the init
+ * is between its close_range and its rt_sigaction. */
+async function waitInit(pid: number, file: string, closed: Promise<void>, timeoutMs = 20_000): Promise<void> {
   const want = statSync(file);
+  const deadline = Date.now() + timeoutMs;
+  let timer: NodeJS.Timeout | undefined;
+  // Past a second without the end, look every millisecond as before: should anything ever keep
+  // a copy of the socket open (a bwrap that passes it on), a start is slower, never 20 s late.
+  await Promise.race([closed, new Promise<void>((ok) => (timer = setTimeout(ok, Math.min(timeoutMs, EVENT_FALLBACK_MS))))]);
+  clearTimeout(timer);
   await pollFor(() => {
     try {
       return runsFile(pid, want) && ignoresSigchld(readFileSync(`/proc/${pid}/status`, "utf8"));
     } catch {
       return false; // not yet readable, or gone (the start's exit watch says so)
     }
-  }, timeoutMs, `sandbox init ${pid} did not start ${file}`);
+  }, deadline - Date.now(), `sandbox init ${pid} did not start ${file}`);
 }
 
 /** Whether a `/proc/<pid>/status` text has SIGCHLD (17, bit 16) among the ignored signals. */
@@ -348,7 +392,7 @@ async function waitChildExec(pid: number, exe: string, timeoutMs = 20_000): Prom
 }
 
 /** Looks every millisecond until `check` holds (an exec or a child's start has no event to wait
- * on), failing with `message` past `timeoutMs`. */
+ * on: waitInit waits for one first), failing with `message` past `timeoutMs`. */
 async function pollFor(check: () => boolean, timeoutMs: number, message: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {

@@ -69,33 +69,40 @@ export interface SandboxLayout {
   volatile: string;
 }
 
+/** The last data directory's own paths (a driver has one; asked for at every layoutFor). */
+let shared: { dataDir: string; sandboxes: string; etcBase: string; rootfs: string } | undefined;
+
 export function layoutFor(dataDir: string, id: string, onDisk = false, rooted = false): SandboxLayout {
-  const dir = join(dataDir, "sandboxes", id);
-  const disk = join(dir, "disk");
+  if (shared?.dataDir !== dataDir) shared = { dataDir, sandboxes: join(dataDir, "sandboxes"), etcBase: join(dataDir, "etc-base"), rootfs: join(dataDir, "rootfs") };
+  const dir = join(shared.sandboxes, id);
+  // Asked for several times per create (issue 16): the names below are appended to `dir`, which
+  // join made normal, so each is normal as join would make it (not after "/" or ".").
+  const under = dir.endsWith("/") || dir === "." ? (d: string, name: string) => join(d, name) : (d: string, name: string) => `${d}/${name}`;
+  const disk = under(dir, "disk");
   const files = onDisk ? disk : dir;
-  const upper = join(files, "upper");
+  const upper = under(files, "upper");
   return {
-    merged: join(dir, "root"),
-    volatile: volatileDir(dir),
+    merged: under(dir, "root"),
+    volatile: under(dir, "volatile"),
     upper,
-    work: join(files, "work"),
+    work: under(files, "work"),
     rooted,
     dir,
-    image: join(dir, "disk.img"),
+    image: under(dir, "disk.img"),
     disk,
     onDisk,
-    record: join(dir, "record.json"),
-    etc: join(files, "etc"),
-    etcBase: join(dataDir, "etc-base"),
-    rootfs: join(dataDir, "rootfs"),
+    record: under(dir, "record.json"),
+    etc: under(files, "etc"),
+    etcBase: shared.etcBase,
+    rootfs: shared.rootfs,
     // What snapshots save: with a root of its own, everything the sandbox wrote.
-    layer: rooted ? upper : join(files, "layer"),
+    layer: rooted ? upper : under(files, "layer"),
     // The holder's stderr (and the user namespace helper's), kept by bwrap's pid 1 and its `sleep`
     // for the sandbox's life, whose root may ptrace them and make them write: on the sandbox's own
     // disk where it has one (counted in its size, ENOSPC past it; out of the sandbox's sight: only
     // `upper`, `work` or `layer` and `etc` below the disk's root reach it), never the host's
     // file system without a bound.
-    log: join(files, "holder.log"),
+    log: under(files, "holder.log"),
   };
 }
 
@@ -181,7 +188,16 @@ function writeEtcBase(base: string): void {
   }
 }
 
-const readOr = (file: string) => (existsSync(file) ? readFileSync(file, "utf8") : undefined);
+/** A file's text, or undefined where there is none to reach (as existsSync says no): one open,
+ * no look first (asked at each new root's identity, writeIdentity). */
+function readOr(file: string): string | undefined {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (err) {
+    if (["ENOENT", "ENOTDIR", "EACCES", "ELOOP", "ENAMETOOLONG"].includes((err as NodeJS.ErrnoException).code ?? "")) return undefined;
+    throw err;
+  }
+}
 const nameservers = (text: string) => [...text.matchAll(/^\s*nameserver\s+(\S+)/gm)].map((m) => m[1]!);
 const isLoopback = (ip: string) => /^127\./.test(ip) || ip === "::1";
 

@@ -405,6 +405,15 @@ export class LocalDriver implements Driver {
     }).catch((err: Error) => console.warn(`local driver: sandbox ${id}: ${err.message}`));
   }
 
+  /** Whether `ref`, sandbox `id`'s pid 1 as recorded, runs (holder.ts alive): through its watch's
+   * descriptor when it is the one watched (StatHandle.ended: one read, where a look by pid opens,
+   * reads and parses /proc/<pid>/stat; ~8 looks per create + refill), else by pid. */
+  #alive(id: string, ref: ProcRef | undefined): boolean {
+    if (!ref) return false;
+    const handle = this.#watched.get(id);
+    return handle && sameProc(handle.ref, ref) ? !handle.ended() : alive(ref);
+  }
+
   /** Whether the timer looks at sandbox `id`'s pid 1 (`on`); it runs while it looks at any. */
   #time(id: string, on: boolean): void {
     if (on) this.#timed.add(id);
@@ -613,10 +622,21 @@ export class LocalDriver implements Driver {
         await this.#endProcesses(rec);
       }
       rec = await this.#start(this.#record(d.id) ?? rec, created);
-      obs = this.#observeRecord(rec, false, true);
+      // Its cgroup was made by this start, thawed (its parent, the driver's, is never frozen).
+      obs = this.#observeRecord(rec, false, true, false);
     }
-    if (d.state === "Running" && obs.phase === "Paused") await this.#thaw(rec);
-    if (d.state === "Paused" && d.pauseStrategy === "Freeze" && obs.phase === "Running") await this.#freeze(rec);
+    // The freeze state of its cgroup as this pass knows it (read, made, or set and waited for),
+    // which only this driver changes, under the sandbox's lock: the pass's last look need not read
+    // cgroup.events again (issue 16: 4 reads per create + refill, 1 now).
+    let frozen = obs.phase === "Paused" ? true : obs.phase === "Running" ? false : undefined;
+    if (d.state === "Running" && obs.phase === "Paused") {
+      await this.#thaw(rec);
+      frozen = false;
+    }
+    if (d.state === "Paused" && d.pauseStrategy === "Freeze" && obs.phase === "Running") {
+      await this.#freeze(rec);
+      frozen = true;
+    }
     if (d.state === "Paused" && d.pauseStrategy === "Stop" && obs.phase !== "Stopped") {
       await this.#endProcesses(rec);
       rec = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
@@ -625,7 +645,7 @@ export class LocalDriver implements Driver {
       await unmountSandbox(this.#spawner, layout.merged, layout.disk);
     }
     const final = await this.#syncNetwork(this.#record(d.id) ?? rec);
-    const seen = this.#observeRecord(final, false, true);
+    const seen = this.#observeRecord(final, false, true, frozen);
     // Its holder died during this very pass (a start that lost a race on a loaded host): not a
     // verdict on the sandbox. Retried, the next pass starts it again.
     if (wantProcesses && seen.phase === "Failed") throw new Error(`sandbox ${d.id}: ${seen.message ?? "failed"} while it was being started; starting it again`);
@@ -747,7 +767,7 @@ export class LocalDriver implements Driver {
    * namespace) and keeps the address the sandbox had. */
   async #syncNet(rec: SandboxRecord): Promise<SandboxRecord> {
     const net = this.#net;
-    if (!net || rec.phase === "Stopped" || rec.level === "process" || this.#sharesHostNet(rec) || !rec.nsInit || !alive(rec.nsInit)) return rec;
+    if (!net || rec.phase === "Stopped" || rec.level === "process" || this.#sharesHostNet(rec) || !rec.nsInit || !this.#alive(rec.id, rec.nsInit)) return rec;
     const want = this.#wantsVeth(rec.desired);
     const has = net.attached(rec.net, rec.nsInit);
     if (want && has && !this.#tabled.has(rec.net!.veth!)) {
@@ -786,7 +806,7 @@ export class LocalDriver implements Driver {
    * Also re-opens a listener an agent restart lost (the relay died with the old agent), and ends
    * open connections that the rules as they are now deny. */
   async #syncEgress(rec: SandboxRecord): Promise<void> {
-    const running = rec.phase !== "Stopped" && rec.level !== "process" && rec.nsInit !== undefined && alive(rec.nsInit);
+    const running = rec.phase !== "Stopped" && rec.level !== "process" && rec.nsInit !== undefined && this.#alive(rec.id, rec.nsInit);
     if (!running || this.#mode(rec.desired) !== "proxy") {
       await this.#relay.closeEgress(rec.id);
       this.#egress.revalidate(rec.id);
@@ -829,7 +849,8 @@ export class LocalDriver implements Driver {
    * and its holder's plan (#holderPlan) leased and written already. */
   async #start(rec: SandboxRecord, fresh = false): Promise<SandboxRecord> {
     const layout = this.#layout(rec.id, rec);
-    await this.#mountDisk(rec);
+    // A record made in this pass had its disk mounted then (#converge): a look fewer per create.
+    if (!fresh) await this.#mountDisk(rec);
     const ns = this.capabilities.level !== "process";
     if (ns && this.#uids && (!rec.userns || rec.hostOwned)) rec = await this.#intoRange(rec, layout);
     else if (ns && rec.userns && !fresh) {
@@ -840,8 +861,9 @@ export class LocalDriver implements Driver {
       }
     }
     const range = ns ? rec.userns : undefined;
-    // Its range may have changed (re-leased above), and only that range may pass.
-    guardDir(layout.dir, range);
+    // Its range may have changed (re-leased above), and only that range may pass. A record made in
+    // this pass was guarded with this range as it was made (#converge).
+    if (!fresh || range !== rec.userns) guardDir(layout.dir, range);
     // The user namespace is made before the root is mounted (its ID-mapped layers need it) and
     // let go once the holder has joined it.
     const userns: { open?: OpenUserns } = {};
@@ -1015,8 +1037,9 @@ export class LocalDriver implements Driver {
    * `fresh`: the record was made in this pass, so no holder of it can run yet. `locked`: under the
    * sandbox's lock, so a running pid 1 found is watched (#watch: timed, as no exit event of this
    * driver's covers a holder it finds rather than starts); unlocked observations
-   * (observe, list) may race a stop and never arm it: every caller says which it is. */
-  #observeRecord(rec: SandboxRecord, fresh: boolean, locked: boolean): SandboxObservation {
+   * (observe, list) may race a stop and never arm it: every caller says which it is. `frozenKnown`:
+   * whether its cgroup is frozen, where the caller knows (a pass under its lock); else read. */
+  #observeRecord(rec: SandboxRecord, fresh: boolean, locked: boolean, frozenKnown?: boolean): SandboxObservation {
     const base = {
       id: rec.id,
       generation: rec.generation,
@@ -1027,7 +1050,7 @@ export class LocalDriver implements Driver {
       ...this.#holderConditions(rec.id),
     };
     if (rec.phase === "Stopped") return { ...base, phase: "Stopped", pauseStrategy: "Stop" };
-    if (!alive(rec.nsInit)) {
+    if (!this.#alive(rec.id, rec.nsInit)) {
       // With cgroups, a holder that was started joined the sandbox's cgroup before exec, so its
       // process list is the whole search (a record may predate writing `cgroups` down).
       const set = rec.cgroups ?? (this.#cgroups ? cgroupSetFor(this.#cgroups, rec.id) : undefined);
@@ -1040,7 +1063,7 @@ export class LocalDriver implements Driver {
       this.#save(rec);
     }
     if (locked && rec.nsInit) this.#watch(rec.id, rec.nsInit);
-    const frozen = rec.cgroups ? isFrozen(rec.cgroups) : rec.phase === "Frozen";
+    const frozen = rec.cgroups ? (frozenKnown ?? isFrozen(rec.cgroups)) : rec.phase === "Frozen";
     const incarnation = rec.nsInit && `${rec.nsInit.pid}:${rec.nsInit.start}`;
     return frozen ? { ...base, incarnation, phase: "Paused", pauseStrategy: "Freeze" } : { ...base, incarnation, phase: "Running" };
   }
@@ -1143,7 +1166,7 @@ export class LocalDriver implements Driver {
   #running(id: string): SandboxRecord {
     const rec = this.#record(id);
     if (!rec) throw new SandboxNotFoundError(id);
-    if (rec.phase === "Stopped" || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
+    if (rec.phase === "Stopped" || !this.#alive(id, rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
     return rec;
   }
 
@@ -1160,7 +1183,7 @@ export class LocalDriver implements Driver {
         // Alive with its recorded start, asked on every call: the watch hears of an ended pid 1
         // only after it ended (its holder's exit, or a timer's look), its pid may be reused meanwhile, and a view
         // outlives the check at its creation. enter.pl checks the start again (the pid may be reused after this).
-        if (!now || now.phase === "Stopped" || !now.nsInit || !alive(now.nsInit)) return undefined;
+        if (!now || now.phase === "Stopped" || !now.nsInit || !this.#alive(id, now.nsInit)) return undefined;
         const proxied = now.level !== "process" && this.#mode(now.desired) === "proxy";
         // Under L7 policy every connection is redirected and inspected; the proxy itself refuses
         // such a sandbox (its tunnels would not be inspected), so no proxy variables.
@@ -1184,7 +1207,7 @@ export class LocalDriver implements Driver {
   async connectUserPort(id: string, port: number): Promise<Socket> {
     if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`invalid port ${port}`);
     const rec = this.#record(id);
-    if (!rec || rec.phase === "Stopped" || !rec.nsInit || !alive(rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
+    if (!rec || rec.phase === "Stopped" || !rec.nsInit || !this.#alive(id, rec.nsInit)) throw new SandboxNotFoundError(id, "not running");
     if (this.#sharesHostNet(rec) || rec.level === "process") return dialTcp("127.0.0.1", port);
     const mode = this.#mode(rec.desired);
     // From outside, the proxy would serve anyone under the sandbox's rules.
@@ -1238,7 +1261,7 @@ export class LocalDriver implements Driver {
       if (!rec) throw new SandboxNotFoundError(id);
       const layout = this.#layout(id, rec);
       // An atomic freeze gives a consistent copy; signal-based freezing is not worth the risk.
-      const freeze = rec.cgroups && rec.phase !== "Stopped" && alive(rec.nsInit) && !isFrozen(rec.cgroups);
+      const freeze = rec.cgroups && rec.phase !== "Stopped" && this.#alive(id, rec.nsInit) && !isFrozen(rec.cgroups);
       if (freeze) await setFrozen(rec.cgroups!, true);
       try {
         const snapId = snapshotId ?? `${id}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`.toLowerCase();
@@ -1287,7 +1310,7 @@ export class LocalDriver implements Driver {
       await this.#snapshots.fillLayer(snap, layout.layer);
       await shiftOwners(layout.layer, snap.userns ?? IDENTITY, rec.userns ?? IDENTITY);
     };
-    if (rec.phase !== "Stopped" && alive(rec.nsInit)) {
+    if (rec.phase !== "Stopped" && this.#alive(rec.id, rec.nsInit)) {
       await this.#endProcesses(rec);
       const stopped: SandboxRecord = { ...rec, phase: "Stopped", holder: undefined, nsInit: undefined };
       this.#save(stopped);

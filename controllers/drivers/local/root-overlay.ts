@@ -78,12 +78,12 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
   // ID-mapped mounts of the layers instead (userns.ts): host root's files there show as the
   // sandbox's root, without a copy per sandbox.
   const links = join(paths.dir, "layers");
-  // A new sandbox has no `layers` yet, so nothing below it to unmount.
-  if (lstatSync(links, { throwIfNoEntry: false })) {
+  // A new sandbox has no `layers` yet, so nothing below it to unmount (its mkdir is the look).
+  if (!makeDir(links)) {
     await unmountUnder(spawner, links);
     rmSync(links, { recursive: true, force: true });
+    mkdirSync(links);
   }
-  mkdirSync(links);
   const mounts: IdmapMount[] = [];
   const lower = root.layers.map((id, i) => {
     const tree = store.layerTree(id);
@@ -92,11 +92,10 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
     else symlinkSync(tree, join(links, String(i)));
     return `layers/${i}`;
   });
-  // New sandbox: no work directory yet (a sandbox made from a snapshot has an upper already, but
-  // gets an identity of its own all the same).
-  const fresh = !existsSync(paths.work);
+  // New sandbox: no work directory yet, so its mkdir makes one (a sandbox made from a snapshot
+  // has an upper already, but gets an identity of its own all the same).
+  const fresh = mkdirSync(paths.work, { recursive: true, mode: 0o700 }) !== undefined;
   mkdirSync(paths.upper, { recursive: true, mode: 0o755 });
-  mkdirSync(paths.work, { recursive: true, mode: 0o700 });
   mkdirSync(paths.merged, { recursive: true });
   // The root directory's owner is the upper directory's: the sandbox's root, as the host sees it.
   if (ids) chownSync(paths.upper, ids.base, ids.base);
@@ -107,6 +106,17 @@ export async function mountRoot(spawner: Spawner, store: RootfsStore, root: Root
   // nodev, as userns.pl mounts it: no device node of the tenant's layers opens from the host side.
   else await runHelper(spawner, ["mount", "-t", "overlay", "overlay", "-o", `nodev,${options}`, paths.merged], paths.dir);
   return fresh;
+}
+
+/** mkdir of `dir`: true when made now, false when something is there already. */
+function makeDir(dir: string): boolean {
+  try {
+    mkdirSync(dir);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw err;
+  }
 }
 
 /** Unmounts the root as a disk is (lazily when something still holds a file in it: a namespace
@@ -226,9 +236,13 @@ export function writeIdentity(merged: string, hostname: string, ids: IdMapping =
     "resolv.conf": resolvConf(),
   };
   const found = lstatSync(etc, { throwIfNoEntry: false });
+  // What is at each file's place, looked at once (nothing runs in the sandbox to change it).
+  const there = new Map<string, boolean>();
   if (found?.isDirectory()) {
     for (const name of Object.keys(files)) {
-      if (lstatSync(join(etc, name), { throwIfNoEntry: false })?.isDirectory()) throw new TerminalError("InvalidImage", `/etc/${name} is a directory in this sandbox's root (its template or snapshot made it one): it must be a file`);
+      const st = lstatSync(join(etc, name), { throwIfNoEntry: false });
+      if (st?.isDirectory()) throw new TerminalError("InvalidImage", `/etc/${name} is a directory in this sandbox's root (its template or snapshot made it one): it must be a file`);
+      there.set(name, st !== undefined);
     }
   } else {
     if (found) unlinkSync(etc);
@@ -237,7 +251,7 @@ export function writeIdentity(merged: string, hostname: string, ids: IdMapping =
   }
   for (const [name, text] of Object.entries(files)) {
     const path = join(etc, name);
-    if (lstatSync(path, { throwIfNoEntry: false })) unlinkSync(path);
+    if (there.get(name)) unlinkSync(path);
     writeFileSync(path, text, { flag: "wx", mode: 0o644 });
     // Written by the host's root: owned by the sandbox's root, as the template's /etc is.
     lchownSync(path, idToHost(ids, 0), idToHost(ids, 0));

@@ -50,6 +50,7 @@ function doSpawn(m: Extract<SpawnerRequest, { t: "spawn" }>): void {
       const conn = pooled?.get(n);
       if (conn) return conn[1];
       if (typeof s === "string") return s;
+      if ("same" in s) return pooled?.get(s.same)?.[1] ?? "ignore";
       const fd = openStdioFile(s);
       files.push(fd);
       return fd;

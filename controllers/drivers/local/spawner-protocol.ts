@@ -8,11 +8,15 @@ import type { HostCommand } from "../../runtime/sandbox-view.ts";
 export type SpawnCommand = HostCommand;
 
 /** One entry per child fd: "pipe" comes back to the agent as a socket, `append` opens a file for
- * appending, `read` one for reading (a regular file: blocking reads, unlike a socket Node made). */
-export type StdioSpec = "ignore" | "pipe" | { append: string } | { read: string };
+ * appending, `read` one for reading (a regular file: blocking reads, unlike a socket Node made).
+ * `same`: a second descriptor of the pipe of an earlier entry (that child fd's), so the agent's
+ * socket ends only once the child has closed both; where that pipe is no pooled connection (the
+ * pool was empty) the entry is "ignore", and the socket may end sooner (holder.ts waits on it
+ * only as a hint). */
+export type StdioSpec = "ignore" | "pipe" | { append: string } | { read: string } | { same: number };
 
 /** The fd a file entry of StdioSpec opens (the caller closes it once the child has its copy). */
-export function openStdioFile(s: Exclude<StdioSpec, string>): number {
+export function openStdioFile(s: { append: string } | { read: string }): number {
   return "append" in s ? openSync(s.append, "a") : openSync(s.read, "r");
 }
 

@@ -487,7 +487,8 @@ async function spawnHere(cmd: SpawnCommand, opts: { detached: boolean; stdio: St
   const files: number[] = [];
   let child: ChildProcess;
   try {
-    const stdio = opts.stdio.map((s) => (typeof s === "string" ? s : (files.push(openStdioFile(s)), files.at(-1)!)));
+    // `same` names a pipe Node makes in this very call: none to give twice (see StdioSpec).
+    const stdio = opts.stdio.map((s) => (typeof s === "string" ? s : "same" in s ? "ignore" : (files.push(openStdioFile(s)), files.at(-1)!)));
     child = spawnHost(cmd, { detached: opts.detached, stdio });
   } catch (err) {
     throw err instanceof ProcessStartError ? err : new ProcessStartError((err as Error).message);

@@ -57,7 +57,7 @@ export type UsernsLauncher = Pick<Spawner, "spawn">;
  * root) without the driver's spawner. */
 export const directLauncher: UsernsLauncher = {
   async spawn(cmd, opts) {
-    const files = opts.stdio.map((s) => (typeof s === "string" ? s : openStdioFile(s)));
+    const files = opts.stdio.map((s) => (typeof s === "string" ? s : "same" in s ? "ignore" : openStdioFile(s)));
     try {
       const child = spawn(cmd.file, cmd.args, { cwd: cmd.cwd, env: cmd.env, stdio: files });
       const pipes = new Map<number, Socket>();
