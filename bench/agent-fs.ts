@@ -17,7 +17,8 @@
 // - rewrite: an intent rewritten (a claim over the pool member's intent, then a pause) as the store
 //   did (tmp + rename over the file: ext4's auto_da_alloc flushes the new data, and the agent's
 //   event loop waits for it while the sandboxes' disks are being written) against what it does
-//   since (tmp + rename to a name of its own + unlink of the previous file); also as wall time
+//   from then to session 35 (tmp + rename to a name of its own + unlink of the previous file;
+//   since session 36 created under that name, no tmp); also as wall time
 //   (agent_fs.rewrite_*_wall_us_each), which is where that wait shows.
 import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -105,7 +106,7 @@ const intents = {
     renameSync(`${file}.tmp`, file);
     rmSync(file, { force: true });
   },
-  // The candidate that was measured and not taken: a first intent created in place.
+  // The candidate measured here: a first intent created in place (taken in session 36).
   after(i: number) {
     const file = join(intentDir, `a${i}.json`);
     writeFileSync(file, JSON.stringify(intentOf(`a${i}`)), { mode: 0o600, flag: "wx" });

@@ -131,7 +131,14 @@ export class IntentStore {
     const id = intent.sandboxId;
     const name = `${id}.${this.#next++}.json`;
     const file = join(this.#dir, name);
-    writeFileSync(file, JSON.stringify(intent), { mode: 0o600, flag: "wx" });
+    try {
+      writeFileSync(file, JSON.stringify(intent), { mode: 0o600, flag: "wx" });
+    } catch (err) {
+      // Whole bytes with a failed close would parse at the next start, untracked and never
+      // removed: a deleted sandbox's intent back from the dead. Nothing of a failed write stays.
+      unlinkQuiet(file);
+      throw err;
+    }
     const before = this.#files.get(id);
     if (before !== undefined) this.#older.set(id, [...(this.#older.get(id) ?? []), before]);
     this.#files.set(id, name);

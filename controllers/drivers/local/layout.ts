@@ -83,7 +83,7 @@ export function layoutFor(dataDir: string, id: string, onDisk = false, rooted = 
   const upper = under(files, "upper");
   return {
     merged: under(dir, "root"),
-    volatile: under(dir, "volatile"),
+    volatile: volatileDir(dir), // its one home: the unmounts name it too
     upper,
     work: under(files, "work"),
     rooted,

@@ -41,10 +41,11 @@ async function linkTarget(sbx: RuntimeSandbox, hostPath: string, sandboxPath: st
   return { target: posix.resolve(posix.dirname(sandboxPath), raw) };
 }
 
-/** Owner and group names by id, each looked up once per use of one of these: a view's lookup
- * re-checks /etc/passwd and /etc/group (a stat each, and a pin of the sandbox's file for a
- * sandbox's view) on every call, which a 2,000-entry listing made 4,000 times for the same id or
- * two. One is made per request, so an edit of those files shows in the next one. */
+/** Owner and group names by id, each looked up once per use of one of these: the standalone
+ * runtime's view (HostView) re-checks /etc/passwd and /etc/group with a stat on every call, which
+ * a 2,000-entry listing made 4,000 times for the same id or two, and a sandbox's view (LocalView:
+ * a pin and an lstat at most once a second) still scans the parsed file per call. One is made per
+ * request, so an edit of those files shows in the next one. */
 export class EntryNames {
   readonly #users = new Map<number, string>();
   readonly #groups = new Map<number, string>();

@@ -54,3 +54,14 @@ it("sandboxes with the same file share one parse that none can change; different
   }).toThrow(TypeError);
   expect(cb()[1]!.home).toBe("/home/user");
 });
+
+it("a file past 64 KiB is parsed for its sandbox alone: not shared, so not kept after it", () => {
+  const lines = Array.from({ length: 3000 }, (_, i) => `u${i}:x:${2000 + i}:${2000 + i}::/home/u${i}:/bin/sh`).join("\n");
+  expect(lines.length).toBeGreaterThan(64 << 10);
+  const [a, b] = [join(dir, "large-a"), join(dir, "large-b")];
+  writeFileSync(a, lines);
+  writeFileSync(b, lines);
+  const [ua, ub] = [cachedFile(() => a, parsePasswd, [])(), cachedFile(() => b, parsePasswd, [])()];
+  expect(ua).toHaveLength(3000);
+  expect(ua === ub || Object.isFrozen(ua)).toBe(false);
+});

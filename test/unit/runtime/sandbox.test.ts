@@ -82,6 +82,12 @@ describe("Runtime.removeSandbox keepState (a Stop pause)", () => {
       const running = second.addSandbox("s3", view);
       running.carried.set("interpreter.contexts", contexts);
       running.saveCarried();
+      // Saved and deleted in one agent's life: its file goes with it (not left for the next start).
+      const brief = second.addSandbox("s4", view);
+      brief.carried.set("k", 4);
+      brief.saveCarried();
+      second.removeSandbox("s4");
+      expect(readdirSync(dir)).not.toContain("s4.json");
       await second.close();
       const third = createRuntime({ parkedDir: dir });
       expect(third.addSandbox("s3", view).carried.get("interpreter.contexts")).toEqual(contexts);
