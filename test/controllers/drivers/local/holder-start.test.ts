@@ -18,7 +18,7 @@ const dir = mkdtempSync(join(tmpdir(), "holder-start-"));
 const init = join(dir, "sandbox-init");
 writeFileSync(init, sandboxInitImage("x64")!);
 chmodSync(init, SANDBOX_INIT_MODE);
-/** An "init" that fails at once, as the init does when a first step fails (its exit(1)). */
+/** An "init" that fails at once, as the init does when a first step fails (its exit status 1). */
 const failing = join(dir, "false");
 copyFileSync("/bin/false", failing);
 chmodSync(failing, 0o755);

@@ -66,7 +66,7 @@ describe("the look at the sandbox's init", () => {
     }
   });
 
-  it("keeps an init killed by a signal before its first steps (not its own exit(1))", () => {
+  it("keeps an init killed by a signal before its first steps (not its own exit status 1)", () => {
     const file = join(dir, "killed");
     writeFileSync(file, "#!/bin/sh\nkill -9 $$\n");
     chmodSync(file, 0o755);
